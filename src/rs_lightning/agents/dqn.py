@@ -1,0 +1,66 @@
+"""DQN (Mnih et al., 2015), the paper's risk-neutral baseline.
+
+Its return distribution is a Dirac at Q(s, a), so every risk measure of it equals Q and the
+utility is Q whatever ``alpha`` and the risk measure: DQN cannot be made risk-sensitive,
+which is the point of the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import MISSING
+import torch.nn.functional as F
+from torch import Tensor
+
+from rs_lightning.agents.base import (
+    Agent,
+    AgentConfig,
+    ChooseAction,
+    Problem,
+    Transitions,
+    mlp,
+    register_agent,
+)
+from rs_lightning.risk import ReturnDistribution, dirac
+
+
+@dataclass
+class DQNConfig(AgentConfig):
+    loss: str = MISSING  # mse | huber
+
+    def check(self) -> None:
+        super().check()
+        if self.loss not in ("mse", "huber"):
+            raise ValueError(f"agent.loss: must be one of mse, huber, got {self.loss!r}")
+
+
+@register_agent("dqn", DQNConfig)
+class DQN(Agent):
+    config: DQNConfig
+
+    def __init__(self, config: DQNConfig, problem: Problem) -> None:
+        super().__init__(config, problem)
+        self.q_network = mlp([problem.obs_dim, *config.hidden_sizes, problem.n_actions])
+
+    def q_values(self, obs: Tensor) -> Tensor:
+        return self.q_network(obs)
+
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        return dirac(self.q_values(obs))
+
+    def loss(
+        self, batch: Transitions, target: Agent, choose_action: ChooseAction
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        with torch.no_grad():
+            next_q = target.q_values(batch.next_obs)  # type: ignore[attr-defined]
+            next_action = choose_action(dirac(next_q))  # argmax Q: U of a Dirac is Q
+            next_value = next_q.gather(1, next_action.unsqueeze(1)).squeeze(1)
+            td_target = batch.reward + self.problem.gamma * (1.0 - batch.terminated) * next_value
+        q = self.q_values(batch.obs).gather(1, batch.action.unsqueeze(1)).squeeze(1)
+        if self.config.loss == "huber":
+            loss = F.smooth_l1_loss(q, td_target)
+        else:
+            loss = F.mse_loss(q, td_target)
+        return loss, {"q_mean": q.detach().mean()}

@@ -1,0 +1,81 @@
+"""Training callbacks: a live progress bar and the periodic evaluation of the greedy policy."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+from tqdm.auto import tqdm
+
+from rs_lightning.evaluation import evaluate_policy
+
+
+class TrainingProgress(pl.Callback):
+    """A tqdm bar over gradient updates showing steps/s, epsilon, recent return and R_s."""
+
+    _SHOWN = {
+        "train/steps_per_second": "it/s",
+        "train/epsilon": "eps",
+        "train/episode_return": "return",
+        "train/risk_outcome": "R_s",
+        "eval/utility": "eval U",
+    }
+
+    def __init__(self, refresh_seconds: float = 1.0) -> None:
+        self.refresh_seconds = refresh_seconds
+        self.bar: tqdm | None = None
+        self._shown_step = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.bar = tqdm(
+            total=trainer.max_steps,
+            initial=trainer.global_step,
+            desc="training",
+            unit="step",
+            mininterval=self.refresh_seconds,
+            dynamic_ncols=True,
+        )
+        self._shown_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % pl_module.log_every_n_steps:
+            return
+        self.bar.update(step - self._shown_step)
+        self._shown_step = step
+        shown = {
+            label: f"{pl_module.live_metrics[key]:.3g}"
+            for key, label in self._SHOWN.items()
+            if key in pl_module.live_metrics
+        }
+        self.bar.set_postfix(shown, refresh=False)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.bar is not None:
+            self.bar.update(trainer.global_step - self._shown_step)
+            self.bar.close()
+
+
+class PeriodicEvaluation(pl.Callback):
+    """Every ``every_n_steps`` updates, a Monte Carlo evaluation of the greedy policy."""
+
+    def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int, seed: int,
+                 batch_envs: int) -> None:
+        self.env_config = env_config
+        self.rho = rho
+        self.every_n_steps = every_n_steps
+        self.episodes = episodes
+        self.seed = seed
+        self.batch_envs = batch_envs
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.every_n_steps <= 0 or step % self.every_n_steps:
+            return
+        summary = evaluate_policy(
+            pl_module.greedy, self.env_config, pl_module.utility, self.rho, self.episodes,
+            self.seed, self.batch_envs,
+        )
+        metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
+        metrics["eval/env_steps"] = float(batch.env_steps)
+        pl_module.live_metrics.update(metrics)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)

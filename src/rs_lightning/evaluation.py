@@ -1,0 +1,134 @@
+"""Monte Carlo evaluation of a greedy policy on the undiscounted episode return S.
+
+Evaluation only reads a policy (a function from a batch of observations to actions); it
+never changes the module. Episode ``i`` is reset with seed ``seed + i``, so the result does
+not depend on how many environments run side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from rs_lightning.envs.factory import make_env
+from rs_lightning.risk import (
+    Utility,
+    conditional_value_at_risk,
+    expectation,
+    from_samples,
+    value_at_risk,
+)
+
+BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
+
+
+def deduplicated(policy: BatchPolicy) -> BatchPolicy:
+    """Evaluate ``policy`` once per distinct observation of a batch (grid worlds have 9)."""
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        unique, inverse = torch.unique(obs, dim=0, return_inverse=True)
+        return policy(unique).cpu()[inverse]
+
+    return act
+
+
+def run_episodes(
+    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode)."""
+    policy = deduplicated(policy)
+    n = min(episodes, batch_envs)
+    envs = [make_env(env_config) for _ in range(n)]
+    returns = np.zeros(episodes)
+    outcomes = np.full(episodes, np.nan)
+    episode_of = np.arange(n)  # which episode each environment is playing
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    active = np.ones(n, dtype=bool)
+    next_episode = n
+    while active.any():
+        index = np.flatnonzero(active)
+        actions = policy(torch.from_numpy(obs[index])).numpy()
+        for j, action in zip(index, actions):
+            next_obs, reward, terminated, truncated, info = envs[j].step(int(action))
+            episode = episode_of[j]
+            returns[episode] += float(reward)
+            if terminated or truncated:
+                outcomes[episode] = float(info.get("risk_outcome", np.nan))
+                if next_episode < episodes:
+                    episode_of[j] = next_episode
+                    next_obs, _ = envs[j].reset(seed=seed + next_episode)
+                    next_episode += 1
+                else:
+                    active[j] = False
+            obs[j] = next_obs
+    return returns, outcomes
+
+
+def summarize_returns(
+    returns: np.ndarray, outcomes: np.ndarray, utility: Utility, rho: float
+) -> dict[str, Any]:
+    """E, VaR_rho, CVaR_rho and U of S, and the mean risk outcome R_s."""
+    dist = from_samples(torch.as_tensor(returns, dtype=torch.float64))
+    summary: dict[str, Any] = {
+        "episodes": int(returns.size),
+        "expectation": float(expectation(dist)),
+        "var": float(value_at_risk(dist, rho)),
+        "cvar": float(conditional_value_at_risk(dist, rho)),
+        "utility": float(utility(dist)),
+        "return_std": float(returns.std()),
+        # Standard error of the mean, to judge agreement with reference numbers.
+        "expectation_stderr": float(returns.std() / math.sqrt(max(returns.size, 1))),
+        "rho": rho,
+        "alpha": utility.alpha,
+        "risk": utility.risk,
+    }
+    if not np.isnan(outcomes).all():
+        summary["risk_outcome"] = float(np.nanmean(outcomes))
+        for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
+            summary[f"risk_outcome_{name}"] = float(np.mean(outcomes == value))
+    return summary
+
+
+def evaluate_policy(
+    policy: BatchPolicy,
+    env_config,
+    utility: Utility,
+    rho: float,
+    episodes: int,
+    seed: int,
+    batch_envs: int = 1000,
+) -> dict[str, Any]:
+    returns, outcomes = run_episodes(policy, env_config, episodes, seed, batch_envs)
+    return summarize_returns(returns, outcomes, utility, rho)
+
+
+def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
+    """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
+    cells = [(x, y) for x in range(size) for y in range(size)]
+    actions = policy(torch.tensor(cells, dtype=torch.float32)).cpu().tolist()
+    return {f"{x},{y}": int(a) for (x, y), a in zip(cells, actions)}
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename: a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

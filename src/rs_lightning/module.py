@@ -1,0 +1,153 @@
+"""The distributional Q-learning loop as a LightningModule: one gradient update per step.
+
+The module owns what the paper's algorithm keeps besides the network: the target network,
+the epsilon-greedy schedule and the utility. It knows neither which agent nor which risk
+measure it runs: the agent computes its loss from a batch, and the utility (alpha E + (1 -
+alpha) R) picks both the acting action and the target action.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from rs_lightning.agents.base import Agent
+from rs_lightning.data.datamodule import ExperienceBatch
+from rs_lightning.risk import Utility
+
+
+def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
+    """epsilon after ``env_step`` environment steps.
+
+    ``exponential``: end + (start - end) * exp(-t / decay) (the authors' schedule);
+    ``linear``: from start to end over ``decay`` steps, then constant.
+    """
+    if schedule == "exponential":
+        return end + (start - end) * math.exp(-env_step / decay)
+    return end + (start - end) * max(0.0, 1.0 - env_step / decay)
+
+
+class RiskSensitiveQLearning(pl.LightningModule):
+    """Risk-sensitive distributional Q-learning (the paper's Algorithm 1) for any agent."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        utility: Utility,
+        learning,
+        seed: int,
+        log_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False  # one explicit update per step, nothing hidden
+        self.agent = agent
+        self.target_agent = copy.deepcopy(agent).requires_grad_(False).eval()
+        self.utility = utility
+        self.learning = learning
+        self.n_actions = agent.problem.n_actions
+        self.log_every_n_steps = log_every_n_steps
+        self.exploration_rng = np.random.default_rng(seed + 2)
+        self.epsilon = learning.epsilon_start
+        # What the progress bar and the loggers show; refreshed every log_every_n_steps.
+        self.live_metrics: dict[str, float] = {}
+        self._window_returns: list[torch.Tensor] = []
+        self._window_outcomes: list[torch.Tensor] = []
+        self._episodes = 0
+        self._window_start = (time.perf_counter(), 0)
+
+    # ----------------------------------------------------------------- acting
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray, env_step: int) -> int:
+        """Epsilon-greedy on the utility: the behaviour policy the datamodule follows."""
+        cfg = self.learning
+        self.epsilon = exploration_rate(
+            env_step, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_decay, cfg.epsilon_schedule
+        )
+        if self.exploration_rng.random() < self.epsilon:
+            return int(self.exploration_rng.integers(self.n_actions))
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0)
+        return int(self.agent.greedy_action(obs_t, self.utility.greedy)[0])
+
+    @torch.no_grad()
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The greedy policy on the utility for a batch of observations (evaluation)."""
+        return self.agent.greedy_action(obs.to(self.device, torch.float32), self.utility.greedy)
+
+    # --------------------------------------------------------------- learning
+    def configure_optimizers(self):
+        cfg = self.learning
+        fused = cfg.fused_adam and all(
+            p.device.type in ("cpu", "cuda") for p in self.agent.parameters()
+        )
+        return torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
+
+    def training_step(self, batch: ExperienceBatch, batch_idx: int) -> None:
+        optimizer = self.optimizers()
+        loss, agent_metrics = self.agent.loss(batch.transitions, self.target_agent, self.utility.greedy)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.agent.parameters(), self.learning.grad_clip_norm, foreach=True
+        )
+        optimizer.step()
+        step = self.global_step  # counts the update just made
+        if step % self.learning.target_update_period == 0:
+            self.target_agent.load_state_dict(self.agent.state_dict())
+
+        if batch.episode_returns.numel():
+            self._window_returns.append(batch.episode_returns)
+            self._window_outcomes.append(batch.episode_outcomes)
+        if step % self.log_every_n_steps == 0:
+            self._log_window(step, batch.env_steps, loss, grad_norm, agent_metrics)
+
+    def _log_window(self, step, env_steps, loss, grad_norm, agent_metrics) -> None:
+        now = time.perf_counter()
+        start_time, start_step = self._window_start
+        metrics = {
+            "train/loss": float(loss.detach()),
+            "train/grad_norm": float(grad_norm),
+            "train/epsilon": self.epsilon,
+            "train/env_steps": float(env_steps),
+            "train/steps_per_second": (step - start_step) / max(now - start_time, 1e-9),
+        }
+        metrics.update({f"train/{k}": float(v) for k, v in agent_metrics.items()})
+        if self._window_returns:
+            returns = torch.cat(self._window_returns)
+            outcomes = torch.cat(self._window_outcomes)
+            self._episodes += returns.numel()
+            metrics["train/episode_return"] = float(returns.mean())
+            if not torch.isnan(outcomes).all():
+                metrics["train/risk_outcome"] = float(outcomes.nanmean())
+            self._window_returns.clear()
+            self._window_outcomes.clear()
+        metrics["train/episodes"] = float(self._episodes)
+        self._window_start = (now, step)
+        self.live_metrics = metrics
+        # Straight to the loggers: self.log on every step would cost more than the update.
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
+
+    # ------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rs_lightning"] = {
+            "exploration_rng": self.exploration_rng.bit_generator.state,
+            "epsilon": self.epsilon,
+            "episodes": self._episodes,
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(),
+            "agent_class": type(self.agent).__name__,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint["rs_lightning"]
+        self.exploration_rng.bit_generator.state = state["exploration_rng"]
+        self.epsilon = state["epsilon"]
+        self._episodes = state["episodes"]
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])

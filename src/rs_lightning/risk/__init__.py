@@ -1,0 +1,40 @@
+"""Risk measures as pure tensor functions of a common return-distribution form.
+
+To add a measure: write ``fn(dist, **params) -> Tensor`` decorated with
+``@risk_measure("name")`` in a module of this package, import it below, and add
+``conf/risk/name.yaml`` with ``name: name`` and the parameters.
+"""
+
+from rs_lightning.risk.distribution import (
+    ReturnDistribution,
+    dirac,
+    from_atoms,
+    from_cdf,
+    from_quantiles,
+    from_samples,
+)
+from rs_lightning.risk.measures import (
+    RISK_MEASURES,
+    Utility,
+    conditional_value_at_risk,
+    distortion_risk,
+    expectation,
+    risk_measure,
+    value_at_risk,
+)
+
+__all__ = [
+    "RISK_MEASURES",
+    "ReturnDistribution",
+    "Utility",
+    "conditional_value_at_risk",
+    "dirac",
+    "distortion_risk",
+    "expectation",
+    "from_atoms",
+    "from_cdf",
+    "from_quantiles",
+    "from_samples",
+    "risk_measure",
+    "value_at_risk",
+]

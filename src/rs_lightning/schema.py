@@ -1,0 +1,263 @@
+"""The typed schema behind the YAML config, and its validation.
+
+Defaults live only in ``conf/`` (one source of truth); these dataclasses give every key its
+type and its allowed range. :func:`validate` turns a composed config into typed objects or
+raises :class:`ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.errors import ConfigError
+from rs_lightning.risk import RISK_MEASURES, Utility
+
+
+def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(key, f"must be {allowed}, got {value!r}")
+
+
+def _one_of(key: str, value: Any, allowed) -> None:
+    _require(value in allowed, key, "one of " + ", ".join(map(str, allowed)), value)
+
+
+@dataclass
+class EnvSection:
+    id: str = MISSING  # a registered gymnasium id
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+    gamma: float = MISSING
+    reward_clip: Optional[float] = MISSING  # |r| clipped for learning; null: no clipping
+    return_min: float = MISSING  # support of the learnt return distribution
+    return_max: float = MISSING
+    grid_size: Optional[int] = None  # grid worlds: write policy.json for every cell
+
+    def check(self) -> None:
+        _require(0.0 <= self.gamma < 1.0, "env.gamma", "in [0, 1)", self.gamma)
+        if self.reward_clip is not None:
+            _require(self.reward_clip > 0, "env.reward_clip", "positive or null", self.reward_clip)
+        _require(
+            self.return_min < self.return_max,
+            "env.return_min",
+            f"below env.return_max={self.return_max}",
+            self.return_min,
+        )
+
+
+@dataclass
+class LearningSection:
+    batch_size: int = MISSING
+    replay_capacity: int = MISSING
+    warmup_steps: int = MISSING  # environment steps before the first update
+    lr: float = MISSING
+    adam_eps: float = MISSING
+    fused_adam: bool = MISSING
+    grad_clip_norm: float = MISSING
+    target_update_period: int = MISSING  # gradient updates between target copies
+    epsilon_start: float = MISSING
+    epsilon_end: float = MISSING
+    epsilon_decay: float = MISSING  # in environment steps
+    epsilon_schedule: str = MISSING  # exponential | linear
+
+    def check(self) -> None:
+        for key in ("batch_size", "replay_capacity", "target_update_period"):
+            value = getattr(self, key)
+            _require(value > 0, f"learning.{key}", "a positive integer", value)
+        _require(self.warmup_steps >= 0, "learning.warmup_steps", ">= 0", self.warmup_steps)
+        _require(
+            self.batch_size <= self.replay_capacity,
+            "learning.batch_size",
+            f"at most learning.replay_capacity={self.replay_capacity}",
+            self.batch_size,
+        )
+        for key in ("lr", "adam_eps", "grad_clip_norm", "epsilon_decay"):
+            value = getattr(self, key)
+            _require(value > 0, f"learning.{key}", "positive", value)
+        for key in ("epsilon_start", "epsilon_end"):
+            value = getattr(self, key)
+            _require(0.0 <= value <= 1.0, f"learning.{key}", "in [0, 1]", value)
+        _one_of("learning.epsilon_schedule", self.epsilon_schedule, ("exponential", "linear"))
+
+
+@dataclass
+class EvaluationSection:
+    episodes: int = MISSING  # Monte Carlo episodes of the final evaluation
+    every_n_steps: int = MISSING  # 0: only at the end
+    episodes_during_training: int = MISSING
+    batch_envs: int = MISSING  # environments stepped side by side
+
+    def check(self) -> None:
+        for key in ("episodes", "episodes_during_training", "batch_envs"):
+            value = getattr(self, key)
+            _require(value > 0, f"evaluation.{key}", "a positive integer", value)
+        _require(self.every_n_steps >= 0, "evaluation.every_n_steps", ">= 0", self.every_n_steps)
+
+
+@dataclass
+class TrainerSection:
+    max_steps: int = MISSING  # gradient updates
+    log_every_n_steps: int = MISSING
+    checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
+
+    def check(self) -> None:
+        _require(self.max_steps > 0, "trainer.max_steps", "a positive integer", self.max_steps)
+        _require(
+            self.log_every_n_steps > 0,
+            "trainer.log_every_n_steps",
+            "a positive integer",
+            self.log_every_n_steps,
+        )
+        _require(
+            self.checkpoint_every_n_steps >= 0,
+            "trainer.checkpoint_every_n_steps",
+            ">= 0",
+            self.checkpoint_every_n_steps,
+        )
+
+
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "64-true")
+
+
+@dataclass
+class HardwareSection:
+    accelerator: str = MISSING
+    devices: int = MISSING
+    precision: str = MISSING
+    torch_threads: int = MISSING  # CPU threads for torch; 1 is fastest for small models
+    compile: bool = MISSING  # torch.compile the agent
+
+    def check(self) -> None:
+        _one_of("hardware.accelerator", self.accelerator, ACCELERATORS)
+        _one_of("hardware.precision", self.precision, PRECISIONS)
+        _require(self.devices >= 1, "hardware.devices", "a positive integer", self.devices)
+        _require(
+            self.torch_threads >= 1, "hardware.torch_threads", "a positive integer", self.torch_threads
+        )
+        if self.accelerator in ("gpu", "cuda"):
+            available = torch.cuda.device_count()
+            if available == 0:
+                raise ConfigError(
+                    "hardware", "a GPU option was chosen but this machine has no CUDA device; "
+                    "use hardware=cpu"
+                )
+            _require(
+                self.devices <= available,
+                "hardware.devices",
+                f"at most the {available} visible GPU(s)",
+                self.devices,
+            )
+
+
+LOGGER_BACKENDS = ("wandb", "csv", "none")
+
+
+@dataclass
+class LoggerSection:
+    backend: str = MISSING  # wandb | csv | none
+    project: str = MISSING
+    entity: Optional[str] = MISSING
+    offline: bool = MISSING  # W&B offline mode: no account, `wandb sync` later
+    group: Optional[str] = MISSING  # null: the sweep's folder name in a multirun
+    tags: List[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        _one_of("logger.backend", self.backend, LOGGER_BACKENDS)
+
+
+@dataclass
+class CallbacksSection:
+    progress_bar: bool = MISSING
+    progress_refresh_seconds: float = MISSING
+
+
+@dataclass
+class TrainConfig:
+    seed: int = MISSING
+    alpha: float = MISSING  # U = alpha E + (1 - alpha) R
+    rho: float = MISSING  # level of VaR / CVaR
+    ckpt_path: Optional[str] = MISSING  # resume from this Lightning checkpoint
+    env: EnvSection = MISSING
+    agent: Dict[str, Any] = MISSING  # typed by the agent's own config class
+    risk: Dict[str, Any] = MISSING  # name + the measure's parameters
+    learning: LearningSection = MISSING
+    evaluation: EvaluationSection = MISSING
+    trainer: TrainerSection = MISSING
+    hardware: HardwareSection = MISSING
+    logger: LoggerSection = MISSING
+    callbacks: CallbacksSection = MISSING
+
+    def check(self) -> None:
+        _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
+        _require(0.0 < self.rho < 1.0, "rho", "in (0, 1), excluding both ends", self.rho)
+        _require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
+        for section in (
+            self.env, self.learning, self.evaluation, self.trainer, self.hardware, self.logger
+        ):
+            section.check()
+
+
+@dataclass
+class ValidatedConfig:
+    """A checked config: the typed sections plus the agent's config and the utility."""
+
+    train: TrainConfig
+    agent: AgentConfig
+    utility: Utility
+
+
+def _structured(schema_class, node, root: str = "") -> Any:
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema_class), node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or root or "config"
+        if root and not key.startswith(root):
+            key = f"{root}.{key}"
+        message = str(error).split("\n")[0]
+        raise ConfigError(key, message) from None
+
+
+def agent_config_from(node) -> AgentConfig:
+    """The typed, checked config of the agent named by ``node.name``."""
+    name = node.get("name") if node is not None else None
+    if name not in AGENTS:
+        raise ConfigError(
+            "agent", f"unknown agent {name!r}; allowed: {', '.join(sorted(AGENTS))}"
+        )
+    _, config_class = AGENTS[name]
+    config = _structured(config_class, node, root="agent")
+    try:
+        config.check()
+    except ValueError as error:
+        key, _, message = str(error).partition(": ")
+        raise ConfigError(key if message else "agent", message or str(error)) from None
+    return config
+
+
+def utility_from(risk_node, alpha: float) -> Utility:
+    params = dict(risk_node)
+    name = params.pop("name", None)
+    if name not in RISK_MEASURES:
+        raise ConfigError(
+            "risk", f"unknown risk measure {name!r}; allowed: {', '.join(sorted(RISK_MEASURES))}"
+        )
+    try:
+        return Utility(alpha=alpha, risk=name, params=params)
+    except ValueError as error:
+        raise ConfigError("risk", str(error)) from None
+
+
+def validate(cfg: DictConfig) -> ValidatedConfig:
+    """Check a composed config; raise :class:`ConfigError` on the first problem found."""
+    train: TrainConfig = _structured(TrainConfig, cfg)
+    train.check()
+    agent = agent_config_from(OmegaConf.create(train.agent))
+    utility = utility_from(train.risk, train.alpha)
+    return ValidatedConfig(train=train, agent=agent, utility=utility)
