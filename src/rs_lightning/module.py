@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytorch_lightning as pl
@@ -31,6 +31,12 @@ def exploration_rate(env_step: int, start: float, end: float, decay: float, sche
     if schedule == "exponential":
         return end + (start - end) * math.exp(-env_step / decay)
     return end + (start - end) * max(0.0, 1.0 - env_step / decay)
+
+
+def _numpy_global_state() -> tuple:
+    """numpy's global generator state in plain types (checkpoints load with weights_only)."""
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return name, keys.tolist(), int(position), int(has_gauss), float(cached)
 
 
 class RiskSensitiveQLearning(pl.LightningModule):
@@ -87,9 +93,15 @@ class RiskSensitiveQLearning(pl.LightningModule):
         )
         return torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
 
-    def training_step(self, batch: ExperienceBatch, batch_idx: int) -> None:
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        # The batch is fetched here, not prefetched by Lightning: the environment step behind
+        # it happens inside this update, so a checkpoint saved after it holds no step ahead.
+        batch: ExperienceBatch = next(dataloader_iter)[0]
+        transitions = batch.transitions
+        if self.device.type != "cpu":
+            transitions = type(transitions)(*(t.to(self.device) for t in transitions))
         optimizer = self.optimizers()
-        loss, agent_metrics = self.agent.loss(batch.transitions, self.target_agent, self.utility.greedy)
+        loss, agent_metrics = self.agent.loss(transitions, self.target_agent, self.utility.greedy)
         optimizer.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -140,7 +152,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
             "epsilon": self.epsilon,
             "episodes": self._episodes,
             "torch_rng": torch.get_rng_state(),
-            "numpy_rng": np.random.get_state(),
+            "numpy_rng": _numpy_global_state(),
             "agent_class": type(self.agent).__name__,
         }
 
@@ -150,4 +162,5 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self.epsilon = state["epsilon"]
         self._episodes = state["episodes"]
         torch.set_rng_state(state["torch_rng"])
-        np.random.set_state(state["numpy_rng"])
+        name, keys, position, has_gauss, cached = state["numpy_rng"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))

@@ -44,6 +44,7 @@ def _quiet_lightning() -> None:
         ".*LightningModule.log.*",
         ".*module\\(s\\) in eval mode.*",  # the target network is frozen on purpose
         ".*no pre-optimization state was saved.*",
+        ".*Found `dataloader_iter` argument.*",
         ".*isinstance\\(treespec, LeafSpec\\).*",
     ):
         warnings.filterwarnings("ignore", message=pattern)
@@ -122,12 +123,15 @@ def build(settings: ValidatedConfig) -> tuple[EnvDataModule, RiskSensitiveQLearn
     return datamodule, module
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train, evaluate and write the run's outputs; returns the evaluation summary."""
+def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
+    """Train, evaluate and write the run's outputs; returns the evaluation summary.
+
+    ``run_dir`` defaults to Hydra's output directory (the working directory outside Hydra).
+    """
     _quiet_lightning()
     settings = validate(cfg)
     train = settings.train
-    run_dir = run_directory()
+    run_dir = Path(run_dir) if run_dir is not None else run_directory()
     run_dir.mkdir(parents=True, exist_ok=True)
     if train.ckpt_path is not None and not Path(train.ckpt_path).is_file():
         raise ConfigError("ckpt_path", f"no checkpoint file at {train.ckpt_path}")

@@ -78,7 +78,7 @@ class EnvCollector:
         return {
             # The environment is pickled whole: its position, clock and random generator.
             "env": pickle.dumps(self.env),
-            "obs": self.obs,
+            "obs": torch.as_tensor(self.obs),  # tensors and bytes load with weights_only
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "episode_return": self.episode_return,
@@ -89,7 +89,7 @@ class EnvCollector:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.env = pickle.loads(state["env"])
-        self.obs = state["obs"]
+        self.obs = state["obs"].numpy()
         self.env_steps = state["env_steps"]
         self.episodes = state["episodes"]
         self.episode_return = state["episode_return"]

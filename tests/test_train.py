@@ -1,0 +1,109 @@
+"""End-to-end runs: the used-by commands as a user types them, determinism and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rs_lightning.schema import validate
+from rs_lightning.train import run
+from tests.conftest import ROOT
+
+
+def train_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="offline", HYDRA_FULL_ERROR="0")
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+
+
+def test_used_by_command_runs_with_quick_debug(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train_cli(
+        "env=risky_transitions", "risk=cvar", "alpha=0.3", "debug=quick",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert summary["env"] == "rs_lightning/RiskyTransitions-v0"
+    assert summary["risk"] == "cvar" and summary["alpha"] == 0.3
+    assert summary["episodes"] == 500 and summary["steps"] == 300
+    for key in ("expectation", "var", "cvar", "utility", "risk_outcome"):
+        assert isinstance(summary[key], float)
+    assert summary["cvar"] <= summary["var"] <= max(summary["expectation"], summary["var"])
+    policy = json.loads((run_dir / "policy.json").read_text())
+    assert sorted(policy) == sorted(f"{x},{y}" for x in range(3) for y in range(3))
+    assert set(policy.values()) <= {0, 1, 2, 3}
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
+
+
+def test_multirun_runs_each_seed_as_its_own_grouped_wandb_run(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = train_cli("-m", "seed=0,1,2", "debug=quick", f"hydra.sweep.dir={sweep_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "eval.json").exists())
+    assert [json.loads((j / "eval.json").read_text())["seed"] for j in jobs] == [0, 1, 2]
+    runs = [next((j / "wandb").glob("offline-run-*")) for j in jobs]
+    assert len({r.name for r in runs}) == 3
+    # Each run's debug log records the sweep folder's name as the W&B group.
+    for r in runs:
+        assert sweep_dir.name in (r / "logs" / "debug.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("alpha=1.5", "alpha: must be in [0, 1], got 1.5"),
+        ("rho=0", "rho: must be in (0, 1)"),
+        ("learning.batch_size=-4", "learning.batch_size: must be a positive integer"),
+    ],
+)
+def test_bad_value_gives_one_line_and_exit_code_2(tmp_path, override, expected):
+    result = train_cli(override, "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "eval.json").exists()
+
+
+def test_unknown_group_option_lists_the_allowed_ones(tmp_path):
+    result = train_cli("agent=nope", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert "Could not find 'agent/nope'" in result.stderr
+    assert "dqn" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def quick(compose, *overrides):
+    return compose(["debug=quick", "logger=none", "callbacks.progress_bar=false", *overrides])
+
+
+def test_same_seed_gives_the_same_eval_json(compose, tmp_path):
+    first = run(quick(compose, "seed=7"), run_dir=tmp_path / "a")
+    second = run(quick(compose, "seed=7"), run_dir=tmp_path / "b")
+    assert (tmp_path / "a" / "eval.json").read_text() == (tmp_path / "b" / "eval.json").read_text()
+    other = run(quick(compose, "seed=8"), run_dir=tmp_path / "c")
+    assert other["expectation"] != first["expectation"] or other["var"] != second["var"]
+
+
+def test_resume_from_a_checkpoint_ends_like_the_uninterrupted_run(compose, tmp_path):
+    full = run(quick(compose), run_dir=tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
+    assert checkpoint.is_file()
+    resumed = run(quick(compose, f"ckpt_path={checkpoint}"), run_dir=tmp_path / "resumed")
+    assert resumed["steps"] == 300
+    assert resumed == full
+
+
+def test_missing_checkpoint_is_a_config_error(compose, tmp_path):
+    from rs_lightning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ckpt_path"):
+        run(quick(compose, f"ckpt_path={tmp_path / 'nothing.ckpt'}"), run_dir=tmp_path / "r")
