@@ -62,10 +62,19 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self.epsilon = learning.epsilon_start
         # What the progress bar and the loggers show; refreshed every log_every_n_steps.
         self.live_metrics: dict[str, float] = {}
-        self._window_returns: list[torch.Tensor] = []
-        self._window_outcomes: list[torch.Tensor] = []
+        self._window_returns: list[float] = []
+        self._window_outcomes: list[float] = []
         self._episodes = 0
         self._window_start = (time.perf_counter(), 0)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning records the running hook's name on the module about 24 times per step;
+        # nn.Module.__setattr__ checks parameters, buffers and submodules each time, which
+        # costs more than the env step. A plain string attribute needs none of that.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -112,9 +121,9 @@ class RiskSensitiveQLearning(pl.LightningModule):
         if step % self.learning.target_update_period == 0:
             self.target_agent.load_state_dict(self.agent.state_dict())
 
-        if batch.episode_returns.numel():
-            self._window_returns.append(batch.episode_returns)
-            self._window_outcomes.append(batch.episode_outcomes)
+        if batch.episode_returns:
+            self._window_returns.extend(batch.episode_returns)
+            self._window_outcomes.extend(batch.episode_outcomes)
         if step % self.log_every_n_steps == 0:
             self._log_window(step, batch.env_steps, loss, grad_norm, agent_metrics)
 
@@ -130,8 +139,8 @@ class RiskSensitiveQLearning(pl.LightningModule):
         }
         metrics.update({f"train/{k}": float(v) for k, v in agent_metrics.items()})
         if self._window_returns:
-            returns = torch.cat(self._window_returns)
-            outcomes = torch.cat(self._window_outcomes)
+            returns = torch.tensor(self._window_returns)
+            outcomes = torch.tensor(self._window_outcomes)
             self._episodes += returns.numel()
             metrics["train/episode_return"] = float(returns.mean())
             if not torch.isnan(outcomes).all():

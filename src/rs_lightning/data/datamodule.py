@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from rs_lightning.agents.base import Problem, Transitions
 from rs_lightning.data.replay import ReplayBuffer
@@ -29,8 +29,8 @@ class ExperienceBatch(NamedTuple):
     """What one training step receives: a replay batch and the episodes that just ended."""
 
     transitions: Transitions
-    episode_returns: torch.Tensor  # [E] undiscounted, unclipped returns of ended episodes
-    episode_outcomes: torch.Tensor  # [E] the risk outcome R_s of each (NaN if the env has none)
+    episode_returns: tuple[float, ...]  # undiscounted, unclipped returns of ended episodes
+    episode_outcomes: tuple[float, ...]  # the risk outcome R_s of each (NaN if the env has none)
     env_steps: int  # environment steps taken so far
 
 
@@ -67,12 +67,13 @@ class EnvCollector:
             next_obs, _ = self.env.reset()
         self.obs = next_obs
 
-    def pop_ended_episodes(self) -> tuple[torch.Tensor, torch.Tensor]:
-        returns = torch.tensor(self.ended_returns)
-        outcomes = torch.tensor(self.ended_outcomes)
+    def pop_ended_episodes(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        if not self.ended_returns:
+            return (), ()
+        ended = tuple(self.ended_returns), tuple(self.ended_outcomes)
         self.ended_returns.clear()
         self.ended_outcomes.clear()
-        return returns, outcomes
+        return ended
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -120,10 +121,6 @@ class ExperienceStream(IterableDataset):
             )
 
 
-def _identity(item):
-    return item
-
-
 class EnvDataModule(pl.LightningDataModule):
     """The environment, the replay memory and the stream of batches between them."""
 
@@ -167,13 +164,12 @@ class EnvDataModule(pl.LightningDataModule):
         """The policy that chooses the actions (the module's epsilon-greedy on the utility)."""
         self.policy = policy
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ExperienceStream:
         if self.policy is None:
             raise RuntimeError("EnvDataModule needs a policy: call attach_policy() before fit")
-        stream = ExperienceStream(self.collector, self.policy, self.batch_size, self.warmup_steps)
-        # batch_size=None: the stream yields whole batches; the identity collate skips the
-        # per-item conversion a DataLoader would otherwise do on every step.
-        return DataLoader(stream, batch_size=None, collate_fn=_identity, num_workers=0)
+        # Lightning iterates any iterable; the stream yields whole batches already, so a
+        # DataLoader around it would only add per-step overhead.
+        return ExperienceStream(self.collector, self.policy, self.batch_size, self.warmup_steps)
 
     def state_dict(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict()} if self.collector else {}

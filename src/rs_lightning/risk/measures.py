@@ -118,6 +118,9 @@ class Utility:
         return RISK_MEASURES[self.risk](dist, **self.params)
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
+        if dist.values.shape[-1] == 1:
+            # A point mass (DQN): every law-invariant measure of it is the point itself.
+            return dist.values[..., 0]
         if self.alpha == 1.0:
             return expectation(dist)
         if self.alpha == 0.0:

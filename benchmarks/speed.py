@@ -1,0 +1,228 @@
+"""Speed benchmark: ratios measured in one run, each case in a fresh process.
+
+    python benchmarks/speed.py                 # all cases, one torch thread
+    python benchmarks/speed.py --threads 2     # the same with two threads
+    python benchmarks/speed.py --write         # also write benchmarks/RESULTS.md
+
+A training step is one environment step, one epsilon-greedy action and one gradient update
+(batch 32, the paper's settings, epsilon held at 0.05 so that nearly every action is the
+greedy one). The time per step is the difference between a long and a short run divided by
+the difference in steps, so start-up costs cancel. Cases:
+
+- ``plain_dqn``: DQN written as a plain PyTorch loop (same environment, network, replay,
+  fused Adam and clipping): the floor for what the framework adds;
+- ``lightning_<agent>``: this project's Trainer + LightningModule + env datamodule.
+
+Targets (issues 3 and 4): Lightning DQN <= 1.3x plain DQN; RS-UMDQN-C <= 15x Lightning DQN;
+peak memory of an RS-UMDQN-C run under 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT, LONG = 300, 2300
+EPSILON = 0.05
+TARGETS = {
+    ("lightning_dqn", "plain_dqn"): 1.3,
+    ("lightning_rs_umdqn_c", "lightning_dqn"): 15.0,
+}
+
+
+def _compose(agent: str, steps: int, threads: int):
+    from hydra import compose, initialize_config_dir
+
+    overrides = [
+        f"agent={agent}",
+        "logger=none",
+        "callbacks.progress_bar=false",
+        f"trainer.max_steps={steps}",
+        "trainer.checkpoint_every_n_steps=0",
+        "evaluation.every_n_steps=0",
+        f"learning.epsilon_start={EPSILON}",
+        f"learning.epsilon_end={EPSILON}",
+        f"hardware.torch_threads={threads}",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def time_lightning(agent: str, steps: int, threads: int) -> float:
+    """Seconds spent in trainer.fit for ``steps`` updates (after warm-up)."""
+    import pytorch_lightning as pl
+    import torch
+
+    from rs_lightning.schema import validate
+    from rs_lightning.train import _quiet_lightning, build
+
+    _quiet_lightning()
+    torch.set_num_threads(threads)
+    settings = validate(_compose(agent, steps, threads))
+    pl.seed_everything(0, verbose=False)
+    datamodule, module = build(settings)
+    trainer = pl.Trainer(
+        max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    return time.perf_counter() - start
+
+
+def time_plain_dqn(steps: int, threads: int) -> float:
+    """The same DQN training as a plain PyTorch loop, no framework."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    import rs_lightning.envs  # noqa: F401
+    from rs_lightning.agents.base import mlp
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    env = gym.make("rs_lightning/RiskyRewards-v0", disable_env_checker=True)
+    q = mlp([2, 128, 128, 4])
+    target = mlp([2, 128, 128, 4])
+    target.load_state_dict(q.state_dict())
+    optimizer = torch.optim.Adam(q.parameters(), lr=1e-4, eps=1e-5, fused=True)
+    capacity, batch = 10_000, 32
+    obs_buf = torch.zeros(capacity, 2)
+    next_buf = torch.zeros(capacity, 2)
+    act_buf = torch.zeros(capacity, dtype=torch.long)
+    rew_buf = torch.zeros(capacity)
+    done_buf = torch.zeros(capacity)
+    rng = np.random.default_rng(0)
+    generator = torch.Generator().manual_seed(1)
+    obs, _ = env.reset(seed=0)
+    size = 0
+    start = time.perf_counter()
+    for step in range(1, steps + 33):
+        if rng.random() < EPSILON:
+            action = int(rng.integers(4))
+        else:
+            with torch.no_grad():
+                action = int(q(torch.as_tensor(obs).unsqueeze(0)).argmax(-1)[0])
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        i = size % capacity
+        obs_buf[i] = torch.as_tensor(obs)
+        next_buf[i] = torch.as_tensor(next_obs)
+        act_buf[i] = action
+        rew_buf[i] = max(-2.0, min(2.0, float(reward)))
+        done_buf[i] = float(terminated)
+        size += 1
+        obs = env.reset()[0] if terminated or truncated else next_obs
+        if step <= 32:  # the same warm-up as the framework
+            continue
+        index = torch.randint(min(size, capacity), (batch,), generator=generator)
+        with torch.no_grad():
+            next_q = target(next_buf[index]).max(1).values
+            y = rew_buf[index] + 0.9 * (1.0 - done_buf[index]) * next_q
+        prediction = q(obs_buf[index]).gather(1, act_buf[index].unsqueeze(1)).squeeze(1)
+        loss = F.mse_loss(prediction, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(q.parameters(), 1.0, foreach=True)
+        optimizer.step()
+        if (step - 32) % 1000 == 0:
+            target.load_state_dict(q.state_dict())
+    return time.perf_counter() - start
+
+
+def worker(case: str, steps: int, threads: int) -> None:
+    if case == "plain_dqn":
+        seconds = time_plain_dqn(steps, threads)
+    else:
+        seconds = time_lightning(case.removeprefix("lightning_"), steps, threads)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
+
+
+def measure(case: str, steps: int, threads: int) -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", case, "--steps", str(steps), "--threads", str(threads)],
+        capture_output=True, text=True, env=env, check=True, cwd=ROOT,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def available_cases() -> list[str]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from rs_lightning.agents import AGENTS
+
+    return ["plain_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(AGENTS) - {"dqn"})]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="median over this many pairs of runs")
+    parser.add_argument("--cases", nargs="*", help="subset of cases (default: all)")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.steps, args.threads)
+        return
+
+    cases = args.cases or available_cases()
+    per_step: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for case in cases:
+        samples = []
+        for _ in range(args.repeats):
+            short = measure(case, SHORT, args.threads)
+            long = measure(case, LONG, args.threads)
+            samples.append((long["seconds"] - short["seconds"]) / (LONG - SHORT))
+            peak[case] = max(peak.get(case, 0.0), long["peak_mb"])
+        per_step[case] = statistics.median(samples)
+        print(f"  measured {case:<24} {per_step[case] * 1e3:8.3f} ms/step", file=sys.stderr)
+
+    lines = [
+        f"# Speed benchmark ({platform.node() and 'this machine'}: {os.cpu_count()} cores, "
+        f"torch threads {args.threads})",
+        "",
+        "Command: `python benchmarks/speed.py"
+        + (f" --threads {args.threads}" if args.threads != 1 else "") + "`. One training step = "
+        "one environment step + one epsilon-greedy action + one gradient update (batch 32).",
+        "",
+        "| case | ms / step | peak RSS (MB) |",
+        "|---|---|---|",
+    ]
+    for case in cases:
+        lines.append(f"| {case} | {per_step[case] * 1e3:.3f} | {peak[case]:.0f} |")
+    lines += ["", "| ratio | measured | target |", "|---|---|---|"]
+    for (a, b), target in TARGETS.items():
+        if a in per_step and b in per_step:
+            ratio = per_step[a] / per_step[b]
+            verdict = "met" if ratio <= target else "MISSED"
+            lines.append(f"| {a} / {b} | {ratio:.2f}x | <= {target}x ({verdict}) |")
+    for case in cases:
+        if case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step:
+            pair = (case, "lightning_dqn")
+            if pair not in TARGETS:
+                lines.append(f"| {case} / lightning_dqn | {per_step[case] / per_step['lightning_dqn']:.2f}x | |")
+    if "lightning_rs_umdqn_c" in peak:
+        verdict = "met" if peak["lightning_rs_umdqn_c"] < 1024 else "MISSED"
+        lines.append(f"| peak RSS of an RS-UMDQN-C run | {peak['lightning_rs_umdqn_c']:.0f} MB | < 1024 MB ({verdict}) |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""The paper's grid worlds, registered with gymnasium under the ``rs_lightning/`` namespace.
+
+``gymnasium.make(GRID_WORLDS["risky_grid_world"], trap_terminal=True)`` passes keyword
+arguments to the class. No ``max_episode_steps`` is registered: each environment applies its
+own 10-step limit and chooses between the authors' and gymnasium's timeout conventions
+(``timeout_is_terminal``), which a TimeLimit wrapper would override.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+from rs_lightning.envs.grid_worlds import (
+    ACTION_NAMES,
+    CELLS,
+    START,
+    GridWorld,
+    Outcome,
+    RiskyGridWorld,
+    RiskyRewards,
+    RiskyTransitions,
+)
+
+# Short names (config keys) -> gymnasium ids.
+GRID_WORLDS: dict[str, str] = {
+    "risky_rewards": "rs_lightning/RiskyRewards-v0",
+    "risky_transitions": "rs_lightning/RiskyTransitions-v0",
+    "risky_grid_world": "rs_lightning/RiskyGridWorld-v0",
+}
+
+_ENTRY_POINTS = {
+    "rs_lightning/RiskyRewards-v0": "rs_lightning.envs.grid_worlds:RiskyRewards",
+    "rs_lightning/RiskyTransitions-v0": "rs_lightning.envs.grid_worlds:RiskyTransitions",
+    "rs_lightning/RiskyGridWorld-v0": "rs_lightning.envs.grid_worlds:RiskyGridWorld",
+}
+
+# The registry is process-wide: a re-import (importlib.reload, test collection) must not
+# register twice, which gymnasium would warn about.
+for _env_id, _entry_point in _ENTRY_POINTS.items():
+    if _env_id not in registry:
+        register(id=_env_id, entry_point=_entry_point)
+
+__all__ = [
+    "ACTION_NAMES",
+    "CELLS",
+    "GRID_WORLDS",
+    "START",
+    "GridWorld",
+    "Outcome",
+    "RiskyGridWorld",
+    "RiskyRewards",
+    "RiskyTransitions",
+]
