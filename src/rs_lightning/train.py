@@ -44,6 +44,7 @@ def _quiet_lightning() -> None:
         ".*LightningModule.log.*",
         ".*module\\(s\\) in eval mode.*",  # the target network is frozen on purpose
         ".*no pre-optimization state was saved.*",
+        ".*`dataloader_iter` step flavor.*",  # we fetch exactly one batch per step
         ".*Found `dataloader_iter` argument.*",
         ".*isinstance\\(treespec, LeafSpec\\).*",
     ):
