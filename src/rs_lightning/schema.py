@@ -136,7 +136,9 @@ class HardwareSection:
     def check(self) -> None:
         _one_of("hardware.accelerator", self.accelerator, ACCELERATORS)
         _one_of("hardware.precision", self.precision, PRECISIONS)
-        _require(self.devices >= 1, "hardware.devices", "a positive integer", self.devices)
+        # One run is one environment stream and one learner: it uses one device. Several
+        # GPUs serve several runs at once (hydra/launcher=joblib, one job per GPU).
+        _require(self.devices == 1, "hardware.devices", "1 (one device per run)", self.devices)
         _require(
             self.torch_threads >= 1, "hardware.torch_threads", "a positive integer", self.torch_threads
         )
@@ -147,12 +149,6 @@ class HardwareSection:
                     "hardware", "a GPU option was chosen but this machine has no CUDA device; "
                     "use hardware=cpu"
                 )
-            _require(
-                self.devices <= available,
-                "hardware.devices",
-                f"at most the {available} visible GPU(s)",
-                self.devices,
-            )
 
 
 LOGGER_BACKENDS = ("wandb", "csv", "none")
