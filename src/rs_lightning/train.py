@@ -86,19 +86,21 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
     os.environ.setdefault("WANDB_SILENT", "true")
     train = settings.train
     name = f"{settings.agent.name}-{train.env.id.split('/')[-1]}-seed{train.seed}"
-    return [
-        WandbLogger(
-            project=cfg.project,
-            entity=cfg.entity,
-            name=name,
-            group=cfg.group or _sweep_group(),
-            tags=list(cfg.tags),
-            save_dir=str(run_dir),
-            offline=cfg.offline,
-            config=resolved,
-            job_type="train",
-        )
-    ]
+    logger = WandbLogger(
+        project=cfg.project,
+        entity=cfg.entity,
+        name=name,
+        group=cfg.group or _sweep_group(),
+        tags=list(cfg.tags),
+        save_dir=str(run_dir),
+        offline=cfg.offline,
+        config=resolved,
+        job_type="train",
+    )
+    # Lightning always passes W&B's deprecated `anonymous` setting, which makes every run
+    # print a warning; W&B ignores the setting, so leaving it out changes nothing else.
+    logger._wandb_init.pop("anonymous", None)
+    return [logger]
 
 
 def build(settings: ValidatedConfig) -> tuple[EnvDataModule, RiskSensitiveQLearning]:

@@ -86,7 +86,9 @@ class Agent(nn.Module, ABC):
         """The training loss on ``batch`` and extra metrics to log (detached scalars).
 
         ``target`` is the target network (same class, frozen); ``choose_action`` maps the
-        target network's ``[B, A, K]`` distribution at the next states to the target actions.
+        target network's ``[B', A, K]`` distribution at next states to the target actions
+        ``[B']``. An agent may pass only the rows it needs (``B' <= B``: e.g. UMDQN-C skips
+        terminal transitions, whose target does not depend on the next state).
         """
 
     @torch.no_grad()
