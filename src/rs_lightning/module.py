@@ -133,8 +133,18 @@ class RiskSensitiveQLearning(pl.LightningModule):
         if batch.episode_returns:
             self._window_returns.extend(batch.episode_returns)
             self._window_outcomes.extend(batch.episode_outcomes)
+            self._log_episodes(step, batch)
         if step % self.log_every_n_steps == 0:
             self._log_window(step, batch.env_steps, loss, grad_norm, agent_metrics)
+
+    def _log_episodes(self, step: int, batch: ExperienceBatch) -> None:
+        """Each ended episode's return and risk outcome, at the update where it ended."""
+        for episode_return, outcome in zip(batch.episode_returns, batch.episode_outcomes):
+            metrics = {"episode/return": episode_return, "episode/env_steps": float(batch.env_steps)}
+            if outcome == outcome:  # not NaN: the environment reports R_s
+                metrics["episode/risk_outcome"] = outcome
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=step)
 
     def _log_window(self, step, env_steps, loss, grad_norm, agent_metrics) -> None:
         now = time.perf_counter()
