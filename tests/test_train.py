@@ -41,6 +41,9 @@ def test_used_by_command_runs_with_quick_debug(tmp_path):
     assert sorted(policy) == sorted(f"{x},{y}" for x in range(3) for y in range(3))
     assert set(policy.values()) <= {0, 1, 2, 3}
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    history = [json.loads(line) for line in (run_dir / "eval_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [150, 300]  # debug=quick evaluates every 150 updates
+    assert all(h["episodes"] == 100 for h in history)
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytorch_lightning as pl
 from tqdm.auto import tqdm
 
@@ -58,7 +61,8 @@ class PeriodicEvaluation(pl.Callback):
     """Every ``every_n_steps`` updates, a Monte Carlo evaluation of the greedy policy."""
 
     def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int, seed: int,
-                 batch_envs: int) -> None:
+                 batch_envs: int, history_path: Path | None = None) -> None:
+        self.history_path = history_path
         self.env_config = env_config
         self.rho = rho
         self.every_n_steps = every_n_steps
@@ -77,5 +81,10 @@ class PeriodicEvaluation(pl.Callback):
         metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
         metrics["eval/env_steps"] = float(batch.env_steps)
         pl_module.live_metrics.update(metrics)
+        if self.history_path is not None:
+            # One JSON line per evaluation: learning curves that need no logger to survive.
+            record = {"step": step, "env_steps": batch.env_steps, **summary}
+            with open(self.history_path, "a") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)

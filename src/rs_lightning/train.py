@@ -1,9 +1,9 @@
 """Compose the objects a config describes and run training, evaluation and the outputs.
 
 ``run(cfg)`` is what ``python train.py ...`` calls. It writes into the run directory:
-``eval.json`` (the final Monte Carlo evaluation), ``policy.json`` (grid worlds: the greedy
-action of every cell), ``config.yaml`` (the resolved config), ``checkpoints/`` and the
-logger's files (``wandb/`` or ``csv/``).
+``eval.json`` (the final Monte Carlo evaluation), ``eval_history.jsonl`` (the periodic
+evaluations), ``policy.json`` (grid worlds: the greedy action of every cell), ``config.yaml``
+(the resolved config), ``checkpoints/`` and the logger's files (``wandb/`` or ``csv/``).
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             train.evaluation.episodes_during_training,
             seed=train.seed + EVALUATION_SEED_OFFSET,
             batch_envs=train.evaluation.batch_envs,
+            history_path=run_dir / "eval_history.jsonl",
         )
     )
     if train.callbacks.progress_bar:
