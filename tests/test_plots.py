@@ -1,0 +1,44 @@
+"""Figures render from a short real run and report sensible numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rs_lightning.plots import load_run, main, plot_return_distributions
+from rs_lightning.train import run
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import CONF
+
+    run_dir = tmp_path_factory.mktemp("run")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", ["agent=rs_umdqn_c", "debug=quick", "logger=none",
+                                "callbacks.progress_bar=false", "evaluation.every_n_steps=0"])
+    run(cfg, run_dir=run_dir)
+    return run_dir
+
+
+def test_distribution_figure_of_a_trained_run(quick_run, tmp_path):
+    out = tmp_path / "fig.png"
+    report = plot_return_distributions(load_run(quick_run), (2, 1), out)
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+    assert len(report["actions"]) == 4
+    utilities = [a["utility"] for a in report["actions"]]
+    assert report["chosen_action"] == utilities.index(max(utilities))
+    for action in report["actions"]:
+        # U = 0.5 Q + 0.5 VaR, and the exact law of each action is there to compare with.
+        assert math.isclose(action["utility"], 0.5 * action["q"] + 0.5 * action["risk"], abs_tol=1e-5)
+        assert 0.0 <= action["wasserstein_1"] < 5.0
+
+
+def test_cli_draws_the_default_state_and_rejects_a_non_run(quick_run, tmp_path, capsys):
+    assert main([str(quick_run)]) == 0
+    assert (quick_run / "distributions_1_0.png").is_file()
+    assert "chosen" in capsys.readouterr().out
+    assert main([str(tmp_path)]) == 2
