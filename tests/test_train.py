@@ -110,3 +110,16 @@ def test_missing_checkpoint_is_a_config_error(compose, tmp_path):
 
     with pytest.raises(ConfigError, match="ckpt_path"):
         run(quick(compose, f"ckpt_path={tmp_path / 'nothing.ckpt'}"), run_dir=tmp_path / "r")
+
+
+def test_rs_umdqn_c_quick_run_from_the_command_line(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train_cli(
+        "agent=rs_umdqn_c", "env=risky_grid_world", "risk=cvar", "debug=quick", "logger=csv",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert (summary["agent"], summary["risk"], summary["steps"]) == ("rs_umdqn_c", "cvar", 300)
+    metrics = (run_dir / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss", "train/return_mean", "episode/return", "eval/utility"} <= set(metrics)
