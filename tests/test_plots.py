@@ -19,7 +19,7 @@ def quick_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", ["agent=rs_umdqn_c", "debug=quick", "logger=none",
-                                "callbacks.progress_bar=false", "evaluation.every_n_steps=0"])
+                                "callbacks.progress_bar=false"])
     run(cfg, run_dir=run_dir)
     return run_dir
 
@@ -38,7 +38,21 @@ def test_distribution_figure_of_a_trained_run(quick_run, tmp_path):
 
 
 def test_cli_draws_the_default_state_and_rejects_a_non_run(quick_run, tmp_path, capsys):
-    assert main([str(quick_run)]) == 0
+    assert main(["distributions", str(quick_run)]) == 0
     assert (quick_run / "distributions_1_0.png").is_file()
     assert "chosen" in capsys.readouterr().out
-    assert main([str(tmp_path)]) == 2
+    assert main(["distributions", str(tmp_path)]) == 2
+
+
+def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
+    import shutil
+
+    from rs_lightning.plots import plot_learning_curves
+
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):  # two job folders standing for two seeds
+        shutil.copytree(quick_run, sweep / f"{seed}_seed={seed}")
+    seeds = plot_learning_curves(sweep, tmp_path / "curves.png")
+    assert seeds == {"rs_lightning/RiskyRewards-v0": {"rs_umdqn_c": 2}}
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert main(["curves", str(tmp_path / "empty")]) == 2

@@ -1,13 +1,16 @@
-"""Figures of a trained run: the learned return distributions behind a decision.
+"""Figures: the learned return distributions behind a decision, and learning curves.
 
-    python -m rs_lightning.plots outputs/runs/<run> [--cell 1,0] [--out figure.png]
+    python -m rs_lightning.plots distributions outputs/runs/<run> [--cell 1,0] [--out fig.png]
+    python -m rs_lightning.plots curves outputs/multirun/<sweep> [--out fig.png]
 
-draws, for one state, the learned CDF and density of Z(s, a) for every action, with markers
+``distributions`` draws, for one state, the learned CDF and density of Z(s, a) for every action, with markers
 for Q (expectation), R (the run's risk measure) and U (the utility) of each action and the
 chosen action highlighted (the paper's Figure 5). On the grid worlds it overlays the exact
 law of the discounted return of each first action followed by the learned greedy policy, and
-prints the Wasserstein-1 distance between learned and exact. Plots only read a run's
-``config.yaml`` and ``checkpoints/last.ckpt``.
+prints the Wasserstein-1 distance between learned and exact. ``curves`` draws the risk
+indicator R_s and E, VaR, U of the greedy policy against training steps, mean and 95% band
+over the seeds of each agent, one column per environment (the paper's Figure 4), from the
+``eval_history.jsonl`` of every job of a sweep. Plots only read run folders.
 """
 
 from __future__ import annotations
@@ -150,12 +153,75 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--cell", default="1,0", help="the state as x,y (default: the start 1,0)")
-    parser.add_argument("--out", type=Path, help="image file (default: <run>/distributions_<x>_<y>.png)")
-    args = parser.parse_args(argv)
+CURVE_METRICS = (
+    ("risk_outcome", "R_s (+1 green, -1 orange)"),
+    ("expectation", "E[S]"),
+    ("var", "VaR[S]"),
+    ("utility", "U[S]"),
+)
+
+
+def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
+    """{(env id, agent): [one job's evaluations, ...]} from a sweep's job folders."""
+    import json
+
+    groups: dict[tuple[str, str], list[list[dict]]] = {}
+    for history in sorted(Path(sweep_dir).glob("*/eval_history.jsonl")):
+        config = OmegaConf.load(history.parent / "config.yaml")
+        records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        if records:
+            groups.setdefault((config.env.id, config.agent.name), []).append(records)
+    return groups
+
+
+def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
+    """Draw the curves into ``out``; returns {env: {agent: number of seeds}}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = load_histories(sweep_dir)
+    if not groups:
+        raise FileNotFoundError(f"no */eval_history.jsonl below {sweep_dir}")
+    envs = sorted({env for env, _ in groups})
+    agents = sorted({agent for _, agent in groups})
+    fig, axes = plt.subplots(
+        len(CURVE_METRICS), len(envs), figsize=(max(6.5, 4.5 * len(envs)), 2.6 * len(CURVE_METRICS)),
+        squeeze=False, sharex="col",
+    )
+    seeds: dict[str, dict[str, int]] = {}
+    for column, env in enumerate(envs):
+        for agent_index, agent in enumerate(agents):
+            runs = groups.get((env, agent))
+            if not runs:
+                continue
+            seeds.setdefault(env, {})[agent] = len(runs)
+            # Align the seeds on the steps they all evaluated at.
+            steps = sorted(set.intersection(*({r["step"] for r in run} for run in runs)))
+            color = COLORS[agent_index % len(COLORS)]
+            for row, (metric, label) in enumerate(CURVE_METRICS):
+                values = np.array([[r[metric] for r in run if r["step"] in steps] for run in runs])
+                mean = values.mean(0)
+                half = 1.96 * values.std(0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * mean
+                ax = axes[row, column]
+                ax.plot(steps, mean, color=color, label=f"{agent} ({len(runs)} seeds)")
+                ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2)
+                ax.set_ylabel(label)
+                ax.grid(alpha=0.3)
+        axes[0, column].set_title(env.split("/")[-1])
+        axes[-1, column].set_xlabel("gradient updates")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Greedy policy during training (mean, 95% band over seeds)")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return seeds
+
+
+def _distributions_command(args) -> int:
     for needed in ("config.yaml", "checkpoints/last.ckpt"):
         if not (args.run_dir / needed).is_file():
             print(f"error: {args.run_dir / needed} not found: is this a run folder?", file=sys.stderr)
@@ -170,6 +236,35 @@ def main(argv: list[str] | None = None) -> int:
               f"U={entry['utility']:.3f}{w1}{mark}")
     print(f"figure: {out}")
     return 0
+
+
+def _curves_command(args) -> int:
+    out = args.out or args.sweep_dir / "learning_curves.png"
+    try:
+        seeds = plot_learning_curves(args.sweep_dir, out)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for env, per_agent in seeds.items():
+        print(f"{env}: " + ", ".join(f"{agent} {n} seeds" for agent, n in per_agent.items()))
+    print(f"figure: {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    distributions = commands.add_parser("distributions", help="learned Z(s, a) of one state of a run")
+    distributions.add_argument("run_dir", type=Path)
+    distributions.add_argument("--cell", default="1,0", help="the state as x,y (default: the start 1,0)")
+    distributions.add_argument("--out", type=Path, help="image (default: <run>/distributions_<x>_<y>.png)")
+    distributions.set_defaults(handler=_distributions_command)
+    curves = commands.add_parser("curves", help="R_s, E, VaR, U over training, over a sweep's seeds")
+    curves.add_argument("sweep_dir", type=Path)
+    curves.add_argument("--out", type=Path, help="image (default: <sweep>/learning_curves.png)")
+    curves.set_defaults(handler=_curves_command)
+    args = parser.parse_args(argv)
+    return args.handler(args)
 
 
 if __name__ == "__main__":
