@@ -56,3 +56,19 @@ def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
     assert seeds == {"rs_lightning/RiskyRewards-v0": {"rs_umdqn_c": 2}}
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert main(["curves", str(tmp_path / "empty")]) == 2
+
+
+def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):
+    from rs_lightning.evaluation import main as evaluate_main
+
+    written = (quick_run / "eval.json").read_text()
+    assert evaluate_main([str(quick_run)]) == 0
+    assert (quick_run / "eval.json").read_text() == written
+
+
+def test_evaluation_episodes_of_different_seeds_are_independent():
+    from rs_lightning.evaluation import episode_seeds
+
+    first, second = episode_seeds(0, 10_000), episode_seeds(1, 10_000)
+    assert len(set(first) & set(second)) < 5  # 32-bit seeds: chance collisions only
+    assert (episode_seeds(0, 100) == first[:100]).all()  # periodic evals reuse a prefix

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from rs_lightning.schema import validate
 from rs_lightning.train import run
 from tests.conftest import ROOT
 

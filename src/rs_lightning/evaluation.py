@@ -1,8 +1,14 @@
 """Monte Carlo evaluation of a greedy policy on the undiscounted episode return S.
 
 Evaluation only reads a policy (a function from a batch of observations to actions); it
-never changes the module. Episode ``i`` is reset with seed ``seed + i``, so the result does
-not depend on how many environments run side by side.
+never changes the module. Episode ``i`` is reset with the ``i``-th seed drawn from a
+``SeedSequence`` of the run's seed: runs with different seeds get independent episodes, the
+same run always the same ones (also across periodic evaluations, whose differences then come
+from the policy alone), whatever the number of environments run side by side.
+
+    python -m rs_lightning.evaluation outputs/runs/<run> [--episodes N]
+
+re-evaluates a finished run from its last checkpoint and rewrites its ``eval.json``.
 """
 
 from __future__ import annotations
@@ -39,17 +45,27 @@ def deduplicated(policy: BatchPolicy) -> BatchPolicy:
     return act
 
 
+# Tags the evaluation's random stream, apart from any other use of the run's seed.
+_EVALUATION_STREAM = 0xE7A1
+
+
+def episode_seeds(seed: int, episodes: int) -> np.ndarray:
+    """The reset seed of each evaluation episode of a run with seed ``seed``."""
+    return np.random.SeedSequence([seed, _EVALUATION_STREAM]).generate_state(episodes)
+
+
 def run_episodes(
     policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode)."""
     policy = deduplicated(policy)
+    seeds = episode_seeds(seed, episodes)
     n = min(episodes, batch_envs)
     envs = [make_env(env_config) for _ in range(n)]
     returns = np.zeros(episodes)
     outcomes = np.full(episodes, np.nan)
     episode_of = np.arange(n)  # which episode each environment is playing
-    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    obs = np.stack([env.reset(seed=int(seeds[i]))[0] for i, env in enumerate(envs)]).astype(np.float32)
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
@@ -63,7 +79,7 @@ def run_episodes(
                 outcomes[episode] = float(info.get("risk_outcome", np.nan))
                 if next_episode < episodes:
                     episode_of[j] = next_episode
-                    next_obs, _ = envs[j].reset(seed=seed + next_episode)
+                    next_obs, _ = envs[j].reset(seed=int(seeds[next_episode]))
                     next_episode += 1
                 else:
                     active[j] = False
@@ -109,6 +125,30 @@ def evaluate_policy(
     return summarize_returns(returns, outcomes, utility, rho)
 
 
+def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
+                 episodes: int | None = None) -> dict[str, Any]:
+    """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid)."""
+    train = settings.train
+    summary = evaluate_policy(
+        module.greedy,
+        train.env,
+        settings.utility,
+        train.rho,
+        episodes or train.evaluation.episodes,
+        seed=train.seed,
+        batch_envs=train.evaluation.batch_envs,
+    )
+    summary.update(
+        agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
+        env_steps=env_steps,
+    )
+    write_json_atomic(Path(run_dir) / "eval.json", summary)
+    if train.env.grid_size:
+        table = grid_policy_table(module.greedy, train.env.grid_size)
+        write_json_atomic(Path(run_dir) / "policy.json", table)
+    return summary
+
+
 def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
     cells = [(x, y) for x in range(size) for y in range(size)]
@@ -132,3 +172,34 @@ def write_json_atomic(path: Path, data: Any) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from rs_lightning.runs import load_run
+
+    parser = argparse.ArgumentParser(description="Re-evaluate finished runs from their last checkpoint.")
+    parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("--episodes", type=int, help="Monte Carlo episodes (default: the run's config)")
+    args = parser.parse_args(argv)
+    status = 0
+    for run_dir in args.run_dirs:
+        try:
+            run = load_run(run_dir)
+        except FileNotFoundError as error:
+            print(f"error: {run_dir}: {error}", file=sys.stderr)
+            status = 2
+            continue
+        summary = evaluate_run(
+            run.module, run.settings, run_dir, steps=run.steps, env_steps=run.env_steps,
+            episodes=args.episodes,
+        )
+        print(f"{run_dir}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
+              f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,33 +24,12 @@ import torch
 from omegaconf import OmegaConf
 
 from rs_lightning.evaluation import grid_policy_table
-from rs_lightning.module import RiskSensitiveQLearning
 from rs_lightning.risk import ReturnDistribution, expectation
-from rs_lightning.schema import ValidatedConfig, validate
+from rs_lightning.runs import TrainedRun, load_run
 
 ACTION_NAMES = ("right", "down", "left", "up")
 DENSITY_BIN = 0.1
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
-
-
-@dataclass
-class TrainedRun:
-    settings: ValidatedConfig
-    module: RiskSensitiveQLearning
-    run_dir: Path
-
-
-def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> TrainedRun:
-    """Rebuild a run's module from its resolved config and load its checkpoint."""
-    from rs_lightning.train import build
-
-    run_dir = Path(run_dir)
-    settings = validate(OmegaConf.load(run_dir / "config.yaml"))
-    _, module = build(settings)
-    state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
-    module.load_state_dict(state["state_dict"])
-    module.eval()
-    return TrainedRun(settings, module, run_dir)
 
 
 def cdf_on(dist: ReturnDistribution, z: np.ndarray) -> np.ndarray:
@@ -222,13 +200,14 @@ def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
 
 
 def _distributions_command(args) -> int:
-    for needed in ("config.yaml", "checkpoints/last.ckpt"):
-        if not (args.run_dir / needed).is_file():
-            print(f"error: {args.run_dir / needed} not found: is this a run folder?", file=sys.stderr)
-            return 2
+    try:
+        run = load_run(args.run_dir)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     cell = tuple(int(v) for v in args.cell.split(","))
     out = args.out or args.run_dir / f"distributions_{cell[0]}_{cell[1]}.png"
-    report = plot_return_distributions(load_run(args.run_dir), cell, out)
+    report = plot_return_distributions(run, cell, out)
     for entry in report["actions"]:
         w1 = f"  W1 to exact {entry['wasserstein_1']:.3f}" if "wasserstein_1" in entry else ""
         mark = " <- chosen" if entry["action"] == report["chosen_action"] else ""

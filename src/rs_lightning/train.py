@@ -23,14 +23,11 @@ from rs_lightning.agents import AGENTS
 from rs_lightning.callbacks import PeriodicEvaluation, TrainingProgress
 from rs_lightning.data.datamodule import EnvDataModule
 from rs_lightning.errors import ConfigError
-from rs_lightning.evaluation import evaluate_policy, grid_policy_table, write_json_atomic
+from rs_lightning.evaluation import evaluate_run
 from rs_lightning.module import RiskSensitiveQLearning
 from rs_lightning.schema import ValidatedConfig, validate
 
 log = logging.getLogger("rs_lightning")
-
-# Seeds of the independent random streams derived from the run's seed.
-EVALUATION_SEED_OFFSET = 1_000_003
 
 
 def _quiet_lightning() -> None:
@@ -169,7 +166,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             train.rho,
             train.evaluation.every_n_steps,
             train.evaluation.episodes_during_training,
-            seed=train.seed + EVALUATION_SEED_OFFSET,
+            seed=train.seed,
             batch_envs=train.evaluation.batch_envs,
             history_path=run_dir / "eval_history.jsonl",
         )
@@ -197,26 +194,10 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
     trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
     trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
 
-    summary = evaluate_policy(
-        module.greedy,
-        train.env,
-        settings.utility,
-        train.rho,
-        train.evaluation.episodes,
-        seed=train.seed + EVALUATION_SEED_OFFSET,
-        batch_envs=train.evaluation.batch_envs,
-    )
-    summary.update(
-        agent=settings.agent.name,
-        env=train.env.id,
-        seed=train.seed,
-        steps=trainer.global_step,
+    summary = evaluate_run(
+        module, settings, run_dir, steps=trainer.global_step,
         env_steps=datamodule.collector.env_steps,
     )
-    write_json_atomic(run_dir / "eval.json", summary)
-    if train.env.grid_size:
-        write_json_atomic(run_dir / "policy.json", grid_policy_table(module.greedy, train.env.grid_size))
-
     final = {f"eval/final_{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
     for logger in loggers:
         logger.log_metrics(final, step=trainer.global_step)

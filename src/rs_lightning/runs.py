@@ -1,0 +1,41 @@
+"""Load a finished run (its resolved config and a checkpoint) for evaluation and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from rs_lightning.module import RiskSensitiveQLearning
+from rs_lightning.schema import ValidatedConfig, validate
+
+
+@dataclass
+class TrainedRun:
+    settings: ValidatedConfig
+    module: RiskSensitiveQLearning
+    run_dir: Path
+    steps: int  # gradient updates the checkpoint had made
+    env_steps: int
+
+
+def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> TrainedRun:
+    """Rebuild a run's module from its ``config.yaml`` and load its checkpoint."""
+    from rs_lightning.train import build
+
+    run_dir = Path(run_dir)
+    for needed in ("config.yaml", checkpoint):
+        if not (run_dir / needed).is_file():
+            raise FileNotFoundError(f"{run_dir / needed} not found: is this a run folder?")
+    settings = validate(OmegaConf.load(run_dir / "config.yaml"))
+    _, module = build(settings)
+    state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
+    module.load_state_dict(state["state_dict"])
+    module.eval()
+    datamodule_state = next(
+        (v for k, v in state.items() if isinstance(v, dict) and "collector" in v), None
+    )
+    env_steps = datamodule_state["collector"]["env_steps"] if datamodule_state else -1
+    return TrainedRun(settings, module, run_dir, int(state["global_step"]), int(env_steps))
