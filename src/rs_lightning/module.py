@@ -120,11 +120,13 @@ class RiskSensitiveQLearning(pl.LightningModule):
         optimizer.zero_grad(set_to_none=True)
         if self._direct_backward:
             loss.backward()
-        else:  # fp16 needs Lightning's gradient scaler
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.agent.parameters(), self.learning.grad_clip_norm, foreach=True
+            )
+        else:  # fp16: Lightning's scaler must unscale the gradients before clipping
             self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.agent.parameters(), self.learning.grad_clip_norm, foreach=True
-        )
+            self.clip_gradients(optimizer, self.learning.grad_clip_norm, "norm")
+            grad_norm = torch.tensor(float("nan"))
         optimizer.step()
         step = self.global_step  # counts the update just made
         if step % self.learning.target_update_period == 0:
