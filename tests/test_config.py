@@ -45,6 +45,7 @@ def test_defaults_are_the_papers_hyperparameters(compose):
     assert (train.alpha, train.rho, train.env.gamma) == (0.5, 0.1, 0.9)
     assert (train.env.return_min, train.env.return_max) == (-2.0, 2.0)
     assert train.logger.backend == "wandb" and train.logger.offline is True
+    assert validate(compose()).agent.name == "rs_umdqn_c"  # the risk-sensitive agent by default
 
 
 def test_used_by_overrides_reach_the_utility(compose):

@@ -95,11 +95,12 @@ def test_same_seed_gives_the_same_eval_json(compose, tmp_path):
     assert other["expectation"] != first["expectation"] or other["var"] != second["var"]
 
 
-def test_resume_from_a_checkpoint_ends_like_the_uninterrupted_run(compose, tmp_path):
-    full = run(quick(compose), run_dir=tmp_path / "full")
+@pytest.mark.parametrize("agent", ["dqn", "rs_umdqn_c"])
+def test_resume_from_a_checkpoint_ends_like_the_uninterrupted_run(compose, tmp_path, agent):
+    full = run(quick(compose, f"agent={agent}"), run_dir=tmp_path / "full")
     checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
     assert checkpoint.is_file()
-    resumed = run(quick(compose, f"ckpt_path={checkpoint}"), run_dir=tmp_path / "resumed")
+    resumed = run(quick(compose, f"agent={agent}", f"ckpt_path={checkpoint}"), run_dir=tmp_path / "resumed")
     assert resumed["steps"] == 300
     assert resumed == full
 
