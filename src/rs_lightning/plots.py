@@ -32,6 +32,26 @@ DENSITY_BIN = 0.1
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
+def _pyplot():
+    """pyplot on the file-only Agg backend (no display needed, in CI either)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def cdf_on(dist: ReturnDistribution, z: np.ndarray) -> np.ndarray:
     """P(Z <= z) of a 1-D distribution at the points ``z``."""
     values = dist.values.double().numpy()
@@ -69,10 +89,7 @@ def exact_laws(run: TrainedRun, cell: tuple[int, int]):
 
 def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path) -> dict:
     """Draw the figure into ``out``; returns per-action Q, R, U and the W1 distances."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     train, utility = run.settings.train, run.settings.utility
     obs = torch.tensor([cell], dtype=torch.float32)
@@ -123,11 +140,7 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
     ax_cdf.legend(fontsize=8, loc="upper left")
     ax_cdf.grid(alpha=0.3)
     ax_pdf.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out)
     return report
 
 
@@ -154,10 +167,7 @@ def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
 
 def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
     """Draw the curves into ``out``; returns {env: {agent: number of seeds}}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     groups = load_histories(sweep_dir)
     if not groups:
@@ -191,11 +201,7 @@ def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
         axes[-1, column].set_xlabel("gradient updates")
     axes[0, 0].legend(fontsize=8)
     fig.suptitle("Greedy policy during training (mean, 95% band over seeds)")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out)
     return seeds
 
 
