@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from rs_lightning.data.datamodule import EnvDataModule
 from rs_lightning.module import RiskSensitiveQLearning
 from rs_lightning.schema import ValidatedConfig, validate
 
@@ -34,8 +35,7 @@ def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> Traine
     state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
     module.load_state_dict(state["state_dict"])
     module.eval()
-    datamodule_state = next(
-        (v for k, v in state.items() if isinstance(v, dict) and "collector" in v), None
-    )
+    # Lightning files a datamodule's state_dict under the datamodule's class name.
+    datamodule_state = state.get(EnvDataModule.__qualname__)
     env_steps = datamodule_state["collector"]["env_steps"] if datamodule_state else -1
     return TrainedRun(settings, module, run_dir, int(state["global_step"]), int(env_steps))
