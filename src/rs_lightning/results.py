@@ -13,10 +13,13 @@ import csv
 import io
 import json
 import math
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from rs_lightning.envs import GRID_WORLDS
 
 # The paper's Table 2 (E[S], VaR_0.1[S], U[S] with alpha 0.5 and R = VaR): DQN learns the
 # orange paths, RS-UMDQN-C the green ones.
@@ -28,11 +31,7 @@ PAPER_TABLE: dict[tuple[str, str], dict[str, float]] = {
     ("rs_lightning/RiskyGridWorld-v0", "dqn"): {"expectation": 0.347, "var": -1.03, "utility": -0.342},
     ("rs_lightning/RiskyGridWorld-v0", "rs_umdqn_c"): {"expectation": 0.333, "var": 0.018, "utility": 0.175},
 }
-ENV_ORDER = [
-    "rs_lightning/RiskyRewards-v0",
-    "rs_lightning/RiskyTransitions-v0",
-    "rs_lightning/RiskyGridWorld-v0",
-]
+ENV_ORDER = list(GRID_WORLDS.values())  # the paper's order
 METRICS = ("expectation", "var", "cvar", "utility", "risk_outcome")
 
 
@@ -51,10 +50,8 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    """Mean and sample standard deviation (NaN for a single seed)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
