@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 from tqdm.auto import tqdm
 
 from rs_lightning.evaluation import evaluate_policy
+from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
 
 
 class TrainingProgress(pl.Callback):
@@ -20,6 +21,7 @@ class TrainingProgress(pl.Callback):
         "train/episode_return": "return",
         "train/risk_outcome": "R_s",
         "eval/utility": "eval U",
+        "eval/w1_greedy": "W1",
     }
 
     def __init__(self, refresh_seconds: float = 1.0) -> None:
@@ -58,7 +60,12 @@ class TrainingProgress(pl.Callback):
 
 
 class PeriodicEvaluation(pl.Callback):
-    """Every ``every_n_steps`` updates, a Monte Carlo evaluation of the greedy policy."""
+    """Every ``every_n_steps`` updates, a Monte Carlo evaluation of the greedy policy.
+
+    On the grid worlds it adds the exact E, VaR, CVaR, U and R_s of that policy and the
+    Wasserstein-1 distance between the learned and the exact return distribution of every
+    action at the start state (``w1_*``), so that learning the distribution can be watched.
+    """
 
     def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int, seed: int,
                  batch_envs: int, history_path: Path | None = None) -> None:
@@ -78,6 +85,8 @@ class PeriodicEvaluation(pl.Callback):
             pl_module.greedy, self.env_config, pl_module.utility, self.rho, self.episodes,
             self.seed, self.batch_envs,
         )
+        summary.update(exact_policy_metrics(pl_module.greedy, self.env_config, pl_module.utility, self.rho) or {})
+        summary.update(start_state_distances(pl_module, self.env_config) or {})
         metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
         metrics["eval/env_steps"] = float(batch.env_steps)
         pl_module.live_metrics.update(metrics)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from rs_lightning.envs.factory import make_env
+from rs_lightning.ground_truth import exact_policy_metrics
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -127,7 +128,11 @@ def evaluate_policy(
 
 def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
                  episodes: int | None = None) -> dict[str, Any]:
-    """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid)."""
+    """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid).
+
+    On the grid worlds ``eval.json`` also holds the exact E, VaR, CVaR, U and R_s of the
+    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates.
+    """
     train = settings.train
     summary = evaluate_policy(
         module.greedy,
@@ -138,6 +143,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         seed=train.seed,
         batch_envs=train.evaluation.batch_envs,
     )
+    summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility, train.rho) or {})
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,

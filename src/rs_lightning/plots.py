@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rs_lightning.evaluation import grid_policy_table
-from rs_lightning.risk import ReturnDistribution, expectation
+from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
+from rs_lightning.risk import expectation
 from rs_lightning.runs import TrainedRun, load_run
 
 ACTION_NAMES = ("right", "down", "left", "up")
@@ -52,41 +52,6 @@ def _save(fig, out: Path) -> None:
     plt.close(fig)
 
 
-def cdf_on(dist: ReturnDistribution, z: np.ndarray) -> np.ndarray:
-    """P(Z <= z) of a 1-D distribution at the points ``z``."""
-    values = dist.values.double().numpy()
-    cumulative = dist.probs.double().cumsum(-1).numpy()
-    index = np.searchsorted(values, z, side="right") - 1
-    return np.where(index >= 0, cumulative[np.clip(index, 0, None)], 0.0)
-
-
-def wasserstein_1(cdf_a: np.ndarray, cdf_b: np.ndarray, z: np.ndarray) -> float:
-    """integral |F_a - F_b| dz on the grid ``z`` (both CDFs given on it)."""
-    return float(np.trapezoid(np.abs(cdf_a - cdf_b), z))
-
-
-def exact_laws(run: TrainedRun, cell: tuple[int, int]):
-    """The exact law of Z(cell, a) for every action under the learned greedy policy, or None."""
-    train = run.settings.train
-    if not train.env.grid_size:
-        return None
-    from rs_lightning.envs.exact import exact_return
-
-    table = grid_policy_table(run.module.greedy, train.env.grid_size)
-    policy = {tuple(map(int, key.split(","))): action for key, action in table.items()}
-    kwargs = dict(train.env.kwargs or {})
-    laws = []
-    for action in range(run.module.n_actions):
-        laws.append(
-            exact_return(
-                train.env.id, policy, max_steps=kwargs.get("max_steps"),
-                trap_terminal=kwargs.get("trap_terminal"), gamma=train.env.gamma,
-                start=cell, first_action=action,
-            ).mixture
-        )
-    return laws
-
-
 def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path) -> dict:
     """Draw the figure into ``out``; returns per-action Q, R, U and the W1 distances."""
     plt = _pyplot()
@@ -100,7 +65,7 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
     u = utility(dist).numpy()
     chosen = int(np.argmax(u))
     z = np.linspace(train.env.return_min - 0.5, train.env.return_max + 0.5, 801)
-    laws = exact_laws(run, cell)
+    laws = exact_action_laws(run.module.greedy, train.env, run.module.n_actions, cell)
 
     fig, (ax_cdf, ax_pdf) = plt.subplots(1, 2, figsize=(12, 4.5))
     report = {"cell": list(cell), "chosen_action": chosen, "actions": []}

@@ -1,0 +1,147 @@
+"""Ground truth on the grid worlds: the exact law behind a learned policy and distribution.
+
+On the paper's grid worlds the return of any fixed policy is an exact Gaussian mixture
+(:mod:`rs_lightning.envs.exact`). This module applies it to what a run learned:
+
+- :func:`exact_policy_metrics`: the exact E, VaR, CVaR, U and R_s of the greedy policy's
+  undiscounted episode score S (``eval.json`` carries them beside the Monte Carlo figures);
+- :func:`exact_action_laws`: the exact law of the discounted return Z(s, a) of every first
+  action ``a`` followed by the greedy policy, the law the agent's Z(s, a) should converge to;
+- :func:`distribution_distances`: the Wasserstein-1 distance between learned and exact
+  Z(s, a), a metric of how well the distribution is learned, logged during training.
+
+Everything here returns ``None`` for environments that are not grid worlds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from rs_lightning.envs.exact import GaussianMixture, exact_return
+from rs_lightning.envs.grid_worlds import START, Cell
+from rs_lightning.risk import ReturnDistribution, Utility, from_cdf
+
+BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
+
+# Risk measures with a closed form on a Gaussian mixture; others go through a fine CDF grid.
+_CLOSED_FORM_RISKS = ("var", "cvar", "expectation")
+_GRID_POINTS = 4001
+_TAIL_SIGMAS = 8.0
+
+
+def greedy_cells(policy: BatchPolicy, size: int) -> dict[Cell, int]:
+    """The greedy action of every cell of a ``size`` x ``size`` grid."""
+    cells = [(x, y) for x in range(size) for y in range(size)]
+    actions = policy(torch.tensor(cells, dtype=torch.float32)).cpu().tolist()
+    return {cell: int(a) for cell, a in zip(cells, actions)}
+
+
+def _env_flags(env_config) -> dict[str, Any]:
+    kwargs = dict(env_config.kwargs or {})
+    return {"max_steps": kwargs.get("max_steps"), "trap_terminal": kwargs.get("trap_terminal")}
+
+
+def mixture_as_distribution(mixture: GaussianMixture, points: int = _GRID_POINTS) -> ReturnDistribution:
+    """A Gaussian mixture as the common discrete form, through its CDF on a fine grid that
+    covers every component to ``_TAIL_SIGMAS`` standard deviations."""
+    lo = float(np.min(mixture.means - _TAIL_SIGMAS * mixture.stds))
+    hi = float(np.max(mixture.means + _TAIL_SIGMAS * mixture.stds))
+    grid = np.linspace(lo, hi, points)
+    return from_cdf(torch.from_numpy(grid), torch.from_numpy(np.asarray(mixture.cdf(grid))))
+
+
+def exact_utility(mixture: GaussianMixture, utility: Utility) -> float:
+    """U = alpha E + (1 - alpha) R of a mixture: closed form for VaR / CVaR / E, else the
+    run's own risk function applied to the mixture on a fine grid."""
+    rho = utility.params.get("rho")
+    if utility.risk in _CLOSED_FORM_RISKS:
+        risk = mixture.mean() if utility.risk == "expectation" else mixture.risk(rho, utility.risk)
+        return utility.alpha * mixture.mean() + (1.0 - utility.alpha) * risk
+    return float(utility(mixture_as_distribution(mixture)))
+
+
+def exact_policy_metrics(
+    policy: BatchPolicy, env_config, utility: Utility, rho: float
+) -> Optional[dict[str, float]]:
+    """Exact E, VaR_rho, CVaR_rho, U and E[R_s] of the greedy policy's score S (keys
+    ``exact_*``), or None off the grid worlds."""
+    if not env_config.grid_size:
+        return None
+    cells = greedy_cells(policy, env_config.grid_size)
+    law = exact_return(env_config.id, cells, gamma=1.0, **_env_flags(env_config))
+    mixture = law.mixture
+    metrics = {
+        "exact_expectation": mixture.mean(),
+        "exact_var": mixture.value_at_risk(rho),
+        "exact_cvar": mixture.conditional_value_at_risk(rho),
+        "exact_utility": exact_utility(mixture, utility),
+        "exact_risk_outcome": law.expected_risk_outcome,
+    }
+    for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
+        metrics[f"exact_risk_outcome_{name}"] = float(law.risk_outcome_probs[value])
+    return metrics
+
+
+def exact_action_laws(
+    policy: BatchPolicy, env_config, n_actions: int, cell: Cell = START
+) -> Optional[list[GaussianMixture]]:
+    """The exact law of the discounted return Z(cell, a) for every action ``a`` followed by
+    the greedy ``policy``, or None off the grid worlds."""
+    if not env_config.grid_size:
+        return None
+    cells = greedy_cells(policy, env_config.grid_size)
+    return [
+        exact_return(
+            env_config.id, cells, gamma=env_config.gamma, start=tuple(cell), first_action=a,
+            **_env_flags(env_config),
+        ).mixture
+        for a in range(n_actions)
+    ]
+
+
+def cdf_on(dist: ReturnDistribution, z: np.ndarray) -> np.ndarray:
+    """P(Z <= z) of a one-dimensional distribution at the points ``z``."""
+    values = dist.values.double().cpu().numpy()
+    cumulative = dist.probs.double().cumsum(-1).cpu().numpy()
+    index = np.searchsorted(values, z, side="right") - 1
+    return np.where(index >= 0, cumulative[np.clip(index, 0, None)], 0.0)
+
+
+def wasserstein_1(cdf_a: np.ndarray, cdf_b: np.ndarray, z: np.ndarray) -> float:
+    """W1 = integral |F_a - F_b| dz, both CDFs given on the grid ``z``."""
+    return float(np.trapezoid(np.abs(cdf_a - cdf_b), z))
+
+
+def distribution_distances(
+    learned: ReturnDistribution, laws: list[GaussianMixture], points: int = _GRID_POINTS
+) -> list[float]:
+    """W1 between each action's learned law ``learned.select(a)`` (shape ``[A, K]``) and
+    its exact law ``laws[a]``, on a grid covering both."""
+    distances = []
+    for a, law in enumerate(laws):
+        dist = learned.select(a)
+        lo = min(float(dist.values.min()), float(np.min(law.means - _TAIL_SIGMAS * law.stds)))
+        hi = max(float(dist.values.max()), float(np.max(law.means + _TAIL_SIGMAS * law.stds)))
+        z = np.linspace(lo, hi, points)
+        distances.append(wasserstein_1(cdf_on(dist, z), np.asarray(law.cdf(z)), z))
+    return distances
+
+
+@torch.no_grad()
+def start_state_distances(module, env_config, cell: Cell = START) -> Optional[dict[str, float]]:
+    """W1 between learned and exact Z(cell, a) for a module's agent and greedy policy:
+    ``w1_mean`` over actions, ``w1_greedy`` of the greedy action, ``w1_action_<a>`` each."""
+    laws = exact_action_laws(module.greedy, env_config, module.n_actions, cell)
+    if laws is None:
+        return None
+    obs = torch.tensor([cell], dtype=torch.float32, device=module.device)
+    learned = module.agent.return_distribution(obs).select(0)
+    distances = distribution_distances(learned, laws)
+    greedy = int(module.greedy(obs)[0])
+    metrics = {f"w1_action_{a}": d for a, d in enumerate(distances)}
+    metrics["w1_mean"] = float(np.mean(distances))
+    metrics["w1_greedy"] = distances[greedy]
+    return metrics
