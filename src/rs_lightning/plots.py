@@ -130,8 +130,25 @@ def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
     return groups
 
 
-def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
-    """Draw the curves into ``out``; returns {env: {agent: number of seeds}}."""
+# How well the distribution is learned: Wasserstein-1 distance between the learned and the
+# exact Z(start, a) under the greedy policy (grid worlds).
+DISTANCE_METRICS = (
+    ("w1_greedy", "W1, greedy action"),
+    ("w1_mean", "W1, mean over actions"),
+)
+
+
+def plot_learning_curves(
+    sweep_dir: Path,
+    out: Path,
+    metrics: tuple[tuple[str, str], ...] = CURVE_METRICS,
+    title: str = "Greedy policy during training (mean, 95% band over seeds)",
+) -> dict:
+    """Draw the curves into ``out``; returns {env: {agent: number of seeds}}.
+
+    Each row is one of ``metrics`` (key in ``eval_history.jsonl``, axis label); runs whose
+    history lacks a metric are left out of its row.
+    """
     plt = _pyplot()
 
     groups = load_histories(sweep_dir)
@@ -140,7 +157,7 @@ def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
     envs = sorted({env for env, _ in groups})
     agents = sorted({agent for _, agent in groups})
     fig, axes = plt.subplots(
-        len(CURVE_METRICS), len(envs), figsize=(max(6.5, 4.5 * len(envs)), 2.6 * len(CURVE_METRICS)),
+        len(metrics), len(envs), figsize=(max(6.5, 4.5 * len(envs)), 2.6 * len(metrics)),
         squeeze=False, sharex="col",
     )
     seeds: dict[str, dict[str, int]] = {}
@@ -153,19 +170,23 @@ def plot_learning_curves(sweep_dir: Path, out: Path) -> dict:
             # Align the seeds on the steps they all evaluated at.
             steps = sorted(set.intersection(*({r["step"] for r in run} for run in runs)))
             color = COLORS[agent_index % len(COLORS)]
-            for row, (metric, label) in enumerate(CURVE_METRICS):
-                values = np.array([[r[metric] for r in run if r["step"] in steps] for run in runs])
+            for row, (metric, label) in enumerate(metrics):
+                with_metric = [run for run in runs if all(metric in r for r in run)]
+                if not with_metric:
+                    continue
+                values = np.array([[r[metric] for r in run if r["step"] in steps] for run in with_metric])
                 mean = values.mean(0)
-                half = 1.96 * values.std(0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * mean
+                n = len(with_metric)
+                half = 1.96 * values.std(0, ddof=1) / np.sqrt(n) if n > 1 else 0 * mean
                 ax = axes[row, column]
-                ax.plot(steps, mean, color=color, label=f"{agent} ({len(runs)} seeds)")
+                ax.plot(steps, mean, color=color, label=f"{agent} ({n} seeds)")
                 ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2)
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)
         axes[0, column].set_title(env.split("/")[-1])
         axes[-1, column].set_xlabel("gradient updates")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Greedy policy during training (mean, 95% band over seeds)")
+    fig.suptitle(title)
     _save(fig, out)
     return seeds
 

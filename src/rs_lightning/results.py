@@ -33,6 +33,8 @@ PAPER_TABLE: dict[tuple[str, str], dict[str, float]] = {
 }
 ENV_ORDER = list(GRID_WORLDS.values())  # the paper's order
 METRICS = ("expectation", "var", "cvar", "utility", "risk_outcome")
+# Grid worlds: the same quantities of the greedy policy, computed exactly (eval.json exact_*).
+EXACT_METRICS = tuple(f"exact_{metric}" for metric in METRICS)
 
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -72,7 +74,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "env": env, "agent": agent, "alpha": alpha, "risk": risk, "rho": rho,
             "seeds": sorted(r["seed"] for r in runs),
         }
-        for metric in METRICS:
+        for metric in METRICS + EXACT_METRICS:
             values = [r[metric] for r in runs if metric in r]
             if values:
                 entry[metric], entry[f"{metric}_std"] = _mean_std(values)
@@ -108,18 +110,37 @@ def to_markdown(table: list[dict[str, Any]]) -> str:
             f"{_cell(e, 'cvar')} | {_cell(e, 'risk_outcome')} | "
             f"{e['green_seeds']} / {e['orange_seeds']} |"
         )
-    return (
+    text = (
         "\n".join(lines)
         + "\n\nMean ± standard deviation over seeds of the greedy policy's evaluation "
         "(Monte Carlo episodes per seed: see each eval.json); the paper's number in brackets. "
         "R_s: +1 green path, -1 orange.\n"
     )
+    exact = [e for e in table if "exact_expectation" in e]
+    if exact:
+        text += (
+            "\nThe same greedy policies evaluated exactly (their return is a Gaussian mixture "
+            "on the grid worlds):\n\n"
+            "| env | agent | alpha | risk | seeds | E[S] | VaR[S] | U[S] | CVaR[S] | R_s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n"
+        )
+        for e in exact:
+            risk = e["risk"] if e["risk"] == "expectation" else f"{e['risk']}_{e['rho']:g}"
+            text += (
+                f"| {e['env'].split('/')[-1]} | {e['agent']} | {e['alpha']:g} | {risk} | "
+                f"{len(e['seeds'])} | {_cell(e, 'exact_expectation')} | {_cell(e, 'exact_var')} | "
+                f"{_cell(e, 'exact_utility')} | {_cell(e, 'exact_cvar')} | "
+                f"{_cell(e, 'exact_risk_outcome')} |\n"
+            )
+    return text
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
     keys = ["env", "agent", "alpha", "risk", "rho", "seeds", "green_seeds", "orange_seeds"]
     for metric in METRICS:
         keys += [metric, f"{metric}_std", f"paper_{metric}"]
+    for metric in EXACT_METRICS:
+        keys += [metric, f"{metric}_std"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=keys, extrasaction="ignore")
     writer.writeheader()

@@ -1,0 +1,409 @@
+"""The report of a sweep: results table, the paper's figures, an HTML page and W&B.
+
+    python -m rs_lightning.report outputs/multirun/<sweep>            # files + offline W&B run
+    python -m rs_lightning.report outputs/multirun/<sweep> --wandb online --wandb-report
+
+writes into ``<sweep>/report/``:
+
+- ``results.md`` / ``results.csv``: mean and spread over seeds of every (env, agent, alpha,
+  risk) beside the paper's numbers, Monte Carlo and, on the grid worlds, exact;
+- ``learning_curves.png``: R_s, E, VaR and U of the greedy policy against training steps,
+  mean and 95% band over seeds, one column per environment (the paper's Figure 4);
+- ``distribution_error.png``: the Wasserstein-1 distance between the learned and the exact
+  return distribution at the start state during training (grid worlds);
+- ``distributions_<env>_<agent>.png``: the learned CDF and density of Z(s, a) of every action
+  of a decision state, with the exact laws, Q, R and U (the paper's Figure 5);
+- ``report.html``: all of the above in one self-contained page (images inlined).
+
+The same table and figures go to W&B in a summary run of the sweep's group (job type
+``report``; offline unless ``--wandb online``), and each training run already carries its own
+evaluation table and distribution figure. Online, ``--wandb-report`` also creates a W&B
+Report of the sweep; :func:`wandb_report` builds its spec, which is tested offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+
+from rs_lightning.results import _cell, collect, summarize, to_csv, to_markdown
+
+# The state whose decision each grid world's distribution figure shows: where the
+# risk-averse and the expectation-seeking choices differ.
+DECISION_CELLS: dict[str, tuple[int, int]] = {
+    "rs_lightning/RiskyRewards-v0": (2, 1),
+    "rs_lightning/RiskyTransitions-v0": (1, 0),
+    "rs_lightning/RiskyGridWorld-v0": (1, 0),
+}
+START_CELL = (1, 0)
+
+# What the W&B Report plots against the training step, one panel each.
+REPORT_CURVES: tuple[tuple[str, str], ...] = (
+    ("eval/risk_outcome", "R_s of the greedy policy (+1 green, -1 orange)"),
+    ("eval/expectation", "E[S] of the greedy policy"),
+    ("eval/var", "VaR[S] of the greedy policy"),
+    ("eval/utility", "U[S] of the greedy policy"),
+    ("eval/w1_greedy", "W1 learned vs exact Z(start, greedy action)"),
+    ("train/episode_return", "training episode return"),
+)
+RESULTS_TABLE_KEY = "results"
+
+
+@dataclass
+class Figure:
+    key: str  # file stem and W&B media key
+    path: Path
+    caption: str
+
+
+@dataclass
+class SweepReport:
+    sweep_dir: Path
+    out_dir: Path
+    table: list[dict[str, Any]]
+    markdown: str
+    figures: list[Figure] = field(default_factory=list)
+    jobs: int = 0
+    group: str = ""
+    project: str = "rs-lightning"
+    entity: Optional[str] = None
+
+    @property
+    def html_path(self) -> Path:
+        return self.out_dir / "report.html"
+
+
+def _job_config(sweep_dir: Path, job: str):
+    path = sweep_dir / job / "config.yaml"
+    return OmegaConf.load(path) if path.is_file() else None
+
+
+def _representative_jobs(rows: list[dict[str, Any]]) -> dict[tuple, str]:
+    """The lowest-seed job of every (env, agent, alpha, risk, rho)."""
+    chosen: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = (row["env"], row["agent"], row["alpha"], row["risk"], row["rho"])
+        if key not in chosen or row["seed"] < chosen[key]["seed"]:
+            chosen[key] = row
+    return {key: row["job"] for key, row in chosen.items()}
+
+
+def _env_name(env_id: str) -> str:
+    """The short name of an environment (its config name for the grid worlds)."""
+    from rs_lightning.envs import GRID_WORLDS
+
+    names = {env: name for name, env in GRID_WORLDS.items()}
+    text = names.get(env_id, env_id.split("/")[-1])
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
+
+
+def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -> list[Figure]:
+    """Draw every figure of the report into ``out_dir``."""
+    from rs_lightning.plots import (
+        CURVE_METRICS,
+        DISTANCE_METRICS,
+        load_histories,
+        plot_learning_curves,
+        plot_return_distributions,
+    )
+    from rs_lightning.runs import load_run
+
+    figures: list[Figure] = []
+    histories = load_histories(sweep_dir)
+    if histories:
+        path = out_dir / "learning_curves.png"
+        plot_learning_curves(sweep_dir, path)
+        figures.append(Figure(
+            "learning_curves", path,
+            "The greedy policy during training: risk indicator R_s (+1 green, -1 orange path), "
+            "E, VaR and U of the return; mean and 95% band over seeds (the paper's Figure 4).",
+        ))
+        has_distance = any("w1_greedy" in run[-1] for runs in histories.values() for run in runs)
+        if has_distance:
+            path = out_dir / "distribution_error.png"
+            plot_learning_curves(
+                sweep_dir, path, DISTANCE_METRICS,
+                "Learned vs exact return distribution at the start state (Wasserstein-1)",
+            )
+            figures.append(Figure(
+                "distribution_error", path,
+                "Wasserstein-1 distance between the learned Z(start, a) and its exact law under "
+                "the greedy policy, for the greedy action and averaged over actions.",
+            ))
+    multiple_settings = len({(r["alpha"], r["risk"], r["rho"]) for r in rows}) > 1
+    for (env, agent, alpha, risk, rho), job in sorted(_representative_jobs(rows).items()):
+        cell = DECISION_CELLS.get(env)
+        config = _job_config(sweep_dir, job)
+        if cell is None or config is None or not config.env.get("grid_size"):
+            continue  # the figure is drawn for one state of a grid world
+        if not (sweep_dir / job / "checkpoints" / "last.ckpt").is_file():
+            continue
+        name = f"distributions_{_env_name(env)}_{agent}"
+        if multiple_settings:
+            name += f"_alpha{alpha:g}_{risk}{rho:g}".replace(".", "p")
+        path = out_dir / f"{name}.png"
+        plot_return_distributions(load_run(sweep_dir / job), cell, path)
+        figures.append(Figure(
+            name, path,
+            f"{agent} on {env.split('/')[-1]} (job {job}), state {cell}: learned CDF and density "
+            "of Z(s, a) for every action, exact law of each action followed by the greedy policy "
+            "dotted, Q solid, R dashed, U star; the chosen action thick (the paper's Figure 5).",
+        ))
+    return figures
+
+
+def build_report(sweep_dir: Path, out_dir: Optional[Path] = None) -> SweepReport:
+    """Aggregate a sweep: write the table files, the figures and report.html."""
+    sweep_dir = Path(sweep_dir)
+    out_dir = Path(out_dir) if out_dir is not None else sweep_dir / "report"
+    rows = collect(sweep_dir)
+    if not rows:
+        raise FileNotFoundError(f"no */eval.json below {sweep_dir}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = summarize(rows)
+    markdown = to_markdown(table)
+    (out_dir / "results.md").write_text(markdown)
+    (out_dir / "results.csv").write_text(to_csv(table))
+    report = SweepReport(sweep_dir, out_dir, table, markdown, jobs=len(rows), group=sweep_dir.name)
+    config = _job_config(sweep_dir, rows[0]["job"])
+    if config is not None and "logger" in config:
+        report.project = config.logger.get("project") or report.project
+        report.entity = config.logger.get("entity")
+        report.group = config.logger.get("group") or report.group
+    report.figures = render_figures(sweep_dir, out_dir, rows)
+    report.html_path.write_text(render_html(report))
+    return report
+
+
+# ------------------------------------------------------------------------------ HTML
+_COLUMNS = (
+    ("expectation", "E[S]"), ("var", "VaR[S]"), ("utility", "U[S]"), ("cvar", "CVaR[S]"),
+    ("risk_outcome", "R_s"),
+)
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td.text { text-align: left; }
+figure { margin: 2em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; max-width: 60em; }
+.note { color: #555; font-size: 0.9em; }
+"""
+
+
+def _risk_label(entry: dict[str, Any]) -> str:
+    return entry["risk"] if entry["risk"] == "expectation" else f"{entry['risk']}_{entry['rho']:g}"
+
+
+def table_rows(table: list[dict[str, Any]], exact: bool = False) -> list[list[str]]:
+    """The results table as rows of text cells (also the W&B Table's data)."""
+    rows = []
+    for e in table:
+        if exact and "exact_expectation" not in e:
+            continue
+        row = [e["env"].split("/")[-1], e["agent"], f"{e['alpha']:g}", _risk_label(e), str(len(e["seeds"]))]
+        row += [_cell(e, f"exact_{m}" if exact else m) for m, _ in _COLUMNS]
+        if not exact:
+            row.append(f"{e['green_seeds']} / {e['orange_seeds']}")
+        rows.append(row)
+    return rows
+
+
+def table_columns(exact: bool = False) -> list[str]:
+    columns = ["env", "agent", "alpha", "risk", "seeds"] + [label for _, label in _COLUMNS]
+    return columns if exact else columns + ["green / orange seeds"]
+
+
+def _html_table(columns: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    text_class = " class='text'"  # the label columns are left-aligned
+    body = "".join(
+        "<tr>" + "".join(
+            f"<td{text_class if i < 4 else ''}>{html.escape(cell)}</td>" for i, cell in enumerate(row)
+        ) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: SweepReport) -> str:
+    """A self-contained page: tables and figures (PNG inlined as data URIs)."""
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>rs-lightning report: {html.escape(report.sweep_dir.name)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>Sweep {html.escape(report.sweep_dir.name)}</h1>",
+        f"<p class='note'>{report.jobs} finished jobs in <code>{html.escape(str(report.sweep_dir))}"
+        "</code>. Regenerate with <code>python -m rs_lightning.report "
+        f"{html.escape(str(report.sweep_dir))}</code>.</p>",
+        "<h2>Results</h2>",
+        _html_table(table_columns(), table_rows(report.table)),
+        "<p class='note'>Mean ± standard deviation over seeds of the greedy policy's Monte Carlo "
+        "evaluation; the paper's number in brackets. R_s: +1 green (risk-averse) path, "
+        "-1 orange (expectation-seeking) path.</p>",
+    ]
+    exact_rows = table_rows(report.table, exact=True)
+    if exact_rows:
+        parts += [
+            "<h3>Exact evaluation of the same policies</h3>",
+            _html_table(table_columns(exact=True), exact_rows),
+            "<p class='note'>On the grid worlds the return of a fixed policy is an exact "
+            "Gaussian mixture; these are its E, VaR, U, CVaR and E[R_s].</p>",
+        ]
+    if report.figures:
+        parts.append("<h2>Figures</h2>")
+    for figure in report.figures:
+        data = base64.b64encode(figure.path.read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure id='{figure.key}'><img alt='{html.escape(figure.key)}' "
+            f"src='data:image/png;base64,{data}'><figcaption>{html.escape(figure.caption)}"
+            "</figcaption></figure>"
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------- W&B
+def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[str]:
+    """Log the table and figures to a W&B run of the sweep's group (job type ``report``).
+
+    Returns the run's local folder. ``mode`` is ``offline`` or ``online``; when online
+    fails (no credentials, unreachable server), the run is logged offline instead.
+    """
+    import wandb
+
+    from rs_lightning.wandb_support import init_wandb_run
+
+    run = init_wandb_run(
+        mode,
+        project=report.project,
+        entity=report.entity,
+        group=report.group,
+        job_type="report",
+        name=f"report-{report.group}",
+        dir=str(report.out_dir),
+        config={"sweep_dir": str(report.sweep_dir), "jobs": report.jobs},
+    )
+    media: dict[str, Any] = {
+        RESULTS_TABLE_KEY: wandb.Table(columns=table_columns(), data=table_rows(report.table)),
+    }
+    exact_rows = table_rows(report.table, exact=True)
+    if exact_rows:
+        media[f"{RESULTS_TABLE_KEY}_exact"] = wandb.Table(columns=table_columns(exact=True), data=exact_rows)
+    for figure in report.figures:
+        media[f"figures/{figure.key}"] = wandb.Image(str(figure.path), caption=figure.caption)
+    run.log(media)
+    folder = str(Path(run.dir).parent)
+    run.finish()
+    return folder
+
+
+def log_run_media(experiment, summary: dict[str, Any], figure: Optional[Path]) -> None:
+    """A training run's own evaluation table and distribution figure, in its W&B run."""
+    import wandb
+
+    scalars = {k: v for k, v in sorted(summary.items()) if isinstance(v, (int, float, str))}
+    media: dict[str, Any] = {
+        "eval/summary": wandb.Table(columns=["metric", "value"], data=[[k, str(v)] for k, v in scalars.items()]),
+    }
+    if figure is not None and Path(figure).is_file():
+        media["figures/distributions"] = wandb.Image(str(figure))
+    experiment.log(media)
+
+
+def wandb_report(
+    project: str,
+    entity: Optional[str],
+    group: str,
+    figures: list[str] = (),
+    title: Optional[str] = None,
+):
+    """The spec of a W&B Report of a sweep (a ``wandb_workspaces`` Report, not yet saved).
+
+    One panel grid of the training runs of ``group`` with the curves of ``REPORT_CURVES``
+    grouped by agent, and one of the report run with the results table and the figures.
+    """
+    import wandb_workspaces.reports.v2 as wr
+
+    training = wr.Runset(
+        entity=entity or "", project=project, name=f"training runs of {group}",
+        filters=f"Metric('Group') == '{group}' and Metric('JobType') == 'train'",
+    )
+    summary = wr.Runset(
+        entity=entity or "", project=project, name=f"report of {group}",
+        filters=f"Metric('Group') == '{group}' and Metric('JobType') == 'report'",
+    )
+    curves = [
+        wr.LinePlot(title=label, x="trainer/global_step", y=[key], groupby="agent.name")
+        for key, label in REPORT_CURVES
+    ]
+    media = [wr.WeavePanelSummaryTable(table_name=RESULTS_TABLE_KEY)]
+    if figures:
+        media.append(wr.MediaBrowser(title="figures", media_keys=[f"figures/{f}" for f in figures]))
+    return wr.Report(
+        project=project,
+        entity=entity or "",
+        title=title or f"Risk-sensitive distributional RL: sweep {group}",
+        description="Greedy-policy evaluation during training, results over seeds and the "
+                    "learned return distributions (rs-lightning).",
+        blocks=[
+            wr.TableOfContents(),
+            wr.H1("Results"),
+            wr.P("Mean and spread over seeds of the greedy policy's evaluation, beside the "
+                 "paper's numbers, and the figures of the sweep."),
+            wr.PanelGrid(runsets=[summary], panels=media),
+            wr.H1("The greedy policy during training"),
+            wr.P("Risk indicator R_s (+1: risk-averse green path, -1: orange path), E, VaR and U "
+                 "of the return, and the distance of the learned to the exact return law."),
+            wr.PanelGrid(runsets=[training], panels=curves),
+        ],
+    )
+
+
+# ------------------------------------------------------------------------------- CLI
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="a multirun folder holding one folder per job")
+    parser.add_argument("--out", type=Path, help="output folder (default: <sweep>/report)")
+    parser.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
+                        help="log the table and figures to a W&B summary run (default: offline)")
+    parser.add_argument("--wandb-report", action="store_true",
+                        help="online only: also create a W&B Report of the sweep")
+    args = parser.parse_args(argv)
+    if args.wandb_report and args.wandb != "online":
+        print("error: --wandb-report: needs --wandb online (a W&B Report lives on the server)",
+              file=sys.stderr)
+        return 2
+    try:
+        report = build_report(args.sweep_dir, args.out)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(report.markdown)
+    for figure in report.figures:
+        print(f"figure: {figure.path}")
+    print(f"report: {report.html_path}")
+    if args.wandb != "off":
+        folder = log_report_to_wandb(report, args.wandb)
+        print(f"W&B summary run ({args.wandb}): {folder}")
+    if args.wandb_report:
+        spec = wandb_report(report.project, report.entity, report.group, [f.key for f in report.figures])
+        try:
+            spec.save()
+            print(f"W&B report: {spec.url}")
+        except Exception as error:  # the server decides; the local report is complete anyway
+            print(f"warning: the W&B Report was not created: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
