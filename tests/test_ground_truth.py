@@ -95,3 +95,11 @@ def test_distances_are_per_action():
     assert d[0] == pytest.approx(0.1 * math.sqrt(2 / math.pi), rel=1e-3)
     assert d[1] == pytest.approx(0.5, abs=2e-3)
     assert np.all(np.isfinite(d))
+
+
+def test_evaluation_progress_bar_counts_every_episode(capsys):
+    name = "risky_rewards"
+    policy = table_policy(PAPER_PATHS[name]["green"])
+    evaluate_policy(policy, env_config(name), Utility(1.0), 0.1, episodes=1200, seed=0, progress=True)
+    err = capsys.readouterr().err
+    assert "evaluation" in err and "1200/1200" in err and "R_s=1" in err

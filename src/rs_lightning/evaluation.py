@@ -56,10 +56,15 @@ def episode_seeds(seed: int, episodes: int) -> np.ndarray:
 
 
 def run_episodes(
-    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000
+    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode)."""
+    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode).
+
+    ``progress`` shows a bar with episodes per second and the running mean return and R_s.
+    """
     policy = deduplicated(policy)
+    bar = _EpisodeProgress(episodes) if progress else None
     seeds = episode_seeds(seed, episodes)
     n = min(episodes, batch_envs)
     envs = [make_env(env_config) for _ in range(n)]
@@ -78,6 +83,8 @@ def run_episodes(
             returns[episode] += float(reward)
             if terminated or truncated:
                 outcomes[episode] = float(info.get("risk_outcome", np.nan))
+                if bar is not None:
+                    bar.episode_ended(returns[episode], outcomes[episode])
                 if next_episode < episodes:
                     episode_of[j] = next_episode
                     next_obs, _ = envs[j].reset(seed=int(seeds[next_episode]))
@@ -85,7 +92,40 @@ def run_episodes(
                 else:
                     active[j] = False
             obs[j] = next_obs
+    if bar is not None:
+        bar.close()
     return returns, outcomes
+
+
+class _EpisodeProgress:
+    """A tqdm bar over evaluation episodes with the running mean of S and R_s."""
+
+    def __init__(self, episodes: int, refresh_every: int = 500) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=episodes, desc="evaluation", unit="episode", dynamic_ncols=True)
+        self.refresh_every = refresh_every
+        self.count = 0
+        self.return_sum = 0.0
+        self.outcome_sum = 0.0
+        self.outcome_count = 0
+
+    def episode_ended(self, episode_return: float, outcome: float) -> None:
+        self.count += 1
+        self.return_sum += episode_return
+        if outcome == outcome:  # not NaN
+            self.outcome_sum += outcome
+            self.outcome_count += 1
+        if self.count % self.refresh_every == 0:
+            shown = {"E": f"{self.return_sum / self.count:.3g}"}
+            if self.outcome_count:
+                shown["R_s"] = f"{self.outcome_sum / self.outcome_count:.3g}"
+            self.bar.set_postfix(shown, refresh=False)
+            self.bar.update(self.refresh_every)
+
+    def close(self) -> None:
+        self.bar.update(self.count - self.bar.n)
+        self.bar.close()
 
 
 def summarize_returns(
@@ -121,8 +161,9 @@ def evaluate_policy(
     episodes: int,
     seed: int,
     batch_envs: int = 1000,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    returns, outcomes = run_episodes(policy, env_config, episodes, seed, batch_envs)
+    returns, outcomes = run_episodes(policy, env_config, episodes, seed, batch_envs, progress)
     return summarize_returns(returns, outcomes, utility, rho)
 
 
@@ -142,16 +183,18 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         episodes or train.evaluation.episodes,
         seed=train.seed,
         batch_envs=train.evaluation.batch_envs,
+        progress=train.callbacks.progress_bar,
     )
     summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility, train.rho) or {})
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,
     )
-    write_json_atomic(Path(run_dir) / "eval.json", summary)
     if train.env.grid_size:
         table = grid_policy_table(module.greedy, train.env.grid_size)
         write_json_atomic(Path(run_dir) / "policy.json", table)
+    # Last: a complete eval.json marks a finished run (rs_lightning.jobs skips it).
+    write_json_atomic(Path(run_dir) / "eval.json", summary)
     return summary
 
 
