@@ -1,6 +1,8 @@
 """Train a risk-sensitive distributional agent: ``python train.py env=risky_transitions risk=cvar``.
 
-Configuration lives in conf/ (Hydra); the work is done by rs_lightning.train.run.
+Configuration lives in conf/ (Hydra); each job is run by rs_lightning.jobs.run_job (skip a
+finished job, resume an interrupted one, record a failure) and rs_lightning.train.run. Bad
+input is reported as one line, ``Error in config: <key>: ...``, with exit status 2.
 """
 
 import sys
@@ -11,15 +13,12 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from rs_lightning.errors import ConfigError
-    from rs_lightning.train import run
+    from rs_lightning.jobs import run_job
 
-    try:
-        run(cfg)
-    except ConfigError as error:
-        print(f"Error in config: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_job(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    from rs_lightning.cli import run_command
+
+    sys.exit(run_command(main))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,30 +62,6 @@ def test_multirun_runs_each_seed_as_its_own_grouped_wandb_run(tmp_path):
         assert sweep_dir.name in (r / "logs" / "debug.log").read_text()
 
 
-@pytest.mark.parametrize(
-    "override, expected",
-    [
-        ("alpha=1.5", "alpha: must be in [0, 1], got 1.5"),
-        ("rho=0", "rho: must be in (0, 1)"),
-        ("learning.batch_size=-4", "learning.batch_size: must be a positive integer"),
-    ],
-)
-def test_bad_value_gives_one_line_and_exit_code_2(tmp_path, override, expected):
-    result = train_cli(override, "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
-    assert result.returncode == 2
-    assert expected in result.stderr
-    assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "eval.json").exists()
-
-
-def test_unknown_group_option_lists_the_allowed_ones(tmp_path):
-    result = train_cli("agent=nope", f"hydra.run.dir={tmp_path / 'run'}")
-    assert result.returncode != 0
-    assert "Could not find 'agent/nope'" in result.stderr
-    assert "dqn" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
 def quick(compose, *overrides):
     return compose(["debug=quick", "logger=none", "callbacks.progress_bar=false", *overrides])
 
@@ -95,13 +74,44 @@ def test_same_seed_gives_the_same_eval_json(compose, tmp_path):
     assert other["expectation"] != first["expectation"] or other["var"] != second["var"]
 
 
-@pytest.mark.parametrize("agent", ["dqn", "rs_umdqn_c"])
-def test_resume_from_a_checkpoint_ends_like_the_uninterrupted_run(compose, tmp_path, agent):
-    full = run(quick(compose, f"agent={agent}"), run_dir=tmp_path / "full")
-    checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
-    assert checkpoint.is_file()
-    resumed = run(quick(compose, f"agent={agent}", f"ckpt_path={checkpoint}"), run_dir=tmp_path / "resumed")
-    assert resumed["steps"] == 300
+# Long enough to be killed mid-way after the first checkpoint (every 50 updates).
+KILLABLE = {"dqn": "trainer.max_steps=1000", "rs_umdqn_c": "trainer.max_steps=300"}
+
+
+@pytest.mark.parametrize("agent, resume_from", [("dqn", "last.ckpt"), ("rs_umdqn_c", "newest step")])
+def test_run_killed_with_sigkill_resumes_to_the_same_eval_json(compose, tmp_path, agent, resume_from):
+    overrides = [
+        "debug=quick", "logger=none", "callbacks.progress_bar=false", f"agent={agent}",
+        KILLABLE[agent], "trainer.checkpoint_every_n_steps=50", "evaluation.every_n_steps=100",
+        "evaluation.episodes=200",
+    ]
+    killed = tmp_path / "killed"
+    delay = random.uniform(0.0, 0.5 if agent == "dqn" else 1.0)
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={killed}"],
+            cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+        )
+        first = killed / "checkpoints" / "step0000050.ckpt"
+        deadline = time.monotonic() + 240
+        while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(delay)  # an arbitrary step after the first checkpoint
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, (tmp_path / "stderr.txt").read_text()[-3000:]
+    assert not (killed / "eval.json").exists(), "the run ended before the kill: make it longer"
+
+    if resume_from == "last.ckpt":
+        checkpoint = killed / "checkpoints" / "last.ckpt"
+    else:
+        checkpoint = max((killed / "checkpoints").glob("step*.ckpt"))
+    resumed = run(compose([*overrides, f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
+    full = run(compose(overrides), run_dir=tmp_path / "full")
+    start = json.loads((tmp_path / "resumed" / "attempts.jsonl").read_text())["start_step"]
+    assert 50 <= start < resumed["steps"], f"killed {delay:.2f} s after the first checkpoint"
+    assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
     assert resumed == full
 
 

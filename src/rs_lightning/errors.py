@@ -1,5 +1,9 @@
 """Errors the user can fix, reported as one line naming the key and what is allowed."""
 
+# Exit status of `python train.py`: bad input (nothing was written), a NaN or inf in training.
+EXIT_BAD_INPUT = 2
+EXIT_NUMERICAL_FAULT = 3
+
 
 class ConfigError(ValueError):
     """A configuration value, file or input the user gave is not usable.
@@ -11,3 +15,18 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
         self.key = key
         self.message = message
+
+
+class NumericalFault(RuntimeError):
+    """A NaN or an infinity appeared in training (``quantity``: loss, gradient norm, parameters).
+
+    ``step`` is the number of the update it appeared in (1 for the first update), the same
+    count as the checkpoint names, so the last good checkpoint is the one before it.
+    """
+
+    def __init__(self, quantity: str, step: int, value: float | None = None) -> None:
+        shown = f" ({value})" if value is not None else ""
+        super().__init__(f"non-finite {quantity}{shown} at step {step}")
+        self.quantity = quantity
+        self.step = step
+        self.value = value

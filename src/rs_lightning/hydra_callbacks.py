@@ -1,4 +1,4 @@
-"""Hydra callbacks: work done once a whole multirun has finished."""
+"""Hydra callbacks: checks before a run writes anything, and work done once a multirun ends."""
 
 from __future__ import annotations
 
@@ -24,3 +24,87 @@ class WriteResultsTable(Callback):
             return
         print(f"[rs_lightning] results of the sweep ({sweep_dir / 'results.md'}):\n{table}",
               file=sys.stderr)
+
+
+def _task_config(config: DictConfig) -> DictConfig:
+    """The job's config as the task function receives it: without the ``hydra`` node."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+def _stop_on_bad_input(check) -> None:
+    """Run ``check``; on bad input print one line and exit 2.
+
+    Hydra turns an exception of a callback into a warning and goes on, so the run is stopped
+    with SystemExit, which it lets through.
+    """
+    from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
+
+    try:
+        check()
+    except ConfigError as error:
+        print(f"Error in config: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+class CheckInputs(Callback):
+    """Check a run's inputs before Hydra creates or writes its folder.
+
+    Hydra writes ``.hydra/`` and the log file into the run folder before the task starts; a
+    bad value, checkpoint or folder must be reported before that, so that bad input never
+    writes over an existing run. In a multirun, the sweep folder is checked at the start;
+    each job checks its own config (a bad one fails that job only).
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from rs_lightning.jobs import check_inputs, folder_state
+
+        def check() -> None:
+            task = _task_config(config)
+            run_dir = Path(config.hydra.run.dir)
+            check_inputs(task, run_dir, "hydra.run.dir")
+            if run_dir.is_dir():
+                folder_state(task, run_dir, "hydra.run.dir")
+
+        _stop_on_bad_input(check)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from rs_lightning.jobs import check_output_folder
+
+        _stop_on_bad_input(lambda: check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir"))
+
+
+class SweepSummary(Callback):
+    """After a multirun: which jobs finished, which failed and why; exit status 1 on failures.
+
+    Each job records its own failure in ``failed.json`` (rs_lightning.jobs), so this also
+    works when the jobs ran in other processes (hydra/launcher=joblib).
+    """
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from rs_lightning.jobs import sweep_jobs
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = sweep_jobs(sweep_dir)
+        finished, failed, incomplete = jobs["finished"], jobs["failed"], jobs["incomplete"]
+        lines = [f"[rs_lightning] sweep {sweep_dir}: jobs {len(finished)} finished, "
+                 f"{len(failed)} failed, {len(incomplete)} incomplete"]
+        for name, failure in failed:
+            lines.append(f"  FAILED {name}: {failure.get('error')}: {failure.get('message')}")
+        for name in incomplete:
+            lines.append(f"  INCOMPLETE {name}: no eval.json (interrupted?)")
+        if failed or incomplete:
+            lines.append("  (each failed job's failed.json has the traceback; the same command "
+                         "again retries the failed jobs, resumes the incomplete ones and skips "
+                         "the finished ones)")
+        print("\n".join(lines), file=sys.stderr)
+        if failed:
+            # The last callback to run at the end of a multirun (Hydra calls them in reverse
+            # order, and this one comes first in conf/train.yaml): nothing is skipped by it.
+            raise SystemExit(1)

@@ -9,6 +9,7 @@ alpha) R) picks both the acting action and the target action.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from typing import Any, Iterator
@@ -19,7 +20,10 @@ import torch
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.data.datamodule import ExperienceBatch
+from rs_lightning.errors import NumericalFault
 from rs_lightning.risk import Utility
+
+log = logging.getLogger("rs_lightning")
 
 
 def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
@@ -49,6 +53,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
         learning,
         seed: int,
         log_every_n_steps: int = 100,
+        fault_injection=None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
@@ -67,6 +72,11 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self._episodes = 0
         self._window_start = (time.perf_counter(), 0)
         self._direct_backward = False
+        # Updates dropped for a NaN / inf loss or gradient (learning.on_non_finite=skip).
+        self.skipped_updates = 0
+        # Test hooks that break the run on purpose (config section fault_injection).
+        self._nan_loss_at = getattr(fault_injection, "nan_loss_at_step", None)
+        self._nan_parameters_at = getattr(fault_injection, "nan_parameters_at_step", None)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning records the running hook's name on the module about 24 times per step;
@@ -116,18 +126,31 @@ class RiskSensitiveQLearning(pl.LightningModule):
         if self.device.type != "cpu":
             transitions = type(transitions)(*(t.to(self.device) for t in transitions))
         optimizer = self.optimizers()
+        update = self.global_step + 1  # the number of the update this step makes
         loss, agent_metrics = self.agent.loss(transitions, self.target_agent, self.utility.greedy)
+        if update == self._nan_loss_at:
+            loss = loss + float("nan")
         optimizer.zero_grad(set_to_none=True)
         if self._direct_backward:
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 self.agent.parameters(), self.learning.grad_clip_norm, foreach=True
             )
+            # One host sync covers both: a NaN or an infinity in either makes the sum one.
+            if not math.isfinite(float(loss.detach() + grad_norm)):
+                self._non_finite_update(update, loss, grad_norm)
         else:  # fp16: Lightning's scaler must unscale the gradients before clipping
             self.manual_backward(loss)
             self.clip_gradients(optimizer, self.learning.grad_clip_norm, "norm")
             grad_norm = torch.tensor(float("nan"))
+            # Overflowing fp16 gradients are the scaler's business (it skips that step);
+            # a non-finite loss is not.
+            if not math.isfinite(float(loss.detach())):
+                self._non_finite_update(update, loss, None)
         optimizer.step()
+        if update == self._nan_parameters_at:
+            with torch.no_grad():
+                next(self.agent.parameters()).fill_(float("nan"))
         step = self.global_step  # counts the update just made
         if step % self.learning.target_update_period == 0:
             self.target_agent.load_state_dict(self.agent.state_dict())
@@ -137,7 +160,44 @@ class RiskSensitiveQLearning(pl.LightningModule):
             self._window_outcomes.extend(batch.episode_outcomes)
             self._log_episodes(step, batch)
         if step % self.log_every_n_steps == 0:
+            # Parameters can only turn non-finite in an update whose loss and gradient were
+            # finite (an overflow); checking them costs ~5% of a DQN step, so it is done here,
+            # before each checkpoint and when a loss is not finite.
+            self.check_parameters(step)
             self._log_window(step, batch.env_steps, loss, grad_norm, agent_metrics)
+
+    # ------------------------------------------------------------ numerical faults
+    def parameters_finite(self) -> bool:
+        flat = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()])
+        return bool(torch.isfinite(flat).all())
+
+    def check_parameters(self, step: int) -> None:
+        """Raise NumericalFault if a parameter is NaN or infinite after ``step`` updates."""
+        if not self.parameters_finite():
+            raise NumericalFault("parameters", step)
+
+    def _non_finite_update(self, update: int, loss: torch.Tensor, grad_norm) -> None:
+        """Stop the run, or drop this update (learning.on_non_finite=skip).
+
+        A NaN loss usually comes from NaN parameters: those cannot be skipped past (every
+        later update would be dropped too), so they always stop the run, named as such.
+        """
+        self.check_parameters(update - 1)
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            quantity, value = "loss", loss_value
+        else:
+            quantity, value = "gradient norm", float(grad_norm)
+        if self.learning.on_non_finite == "stop":
+            raise NumericalFault(quantity, update, value)
+        self.skipped_updates += 1
+        if self.skipped_updates <= 10:
+            log.warning("skipping update %d: non-finite %s (%s)%s", update, quantity, value,
+                        "; further skips are only counted" if self.skipped_updates == 10 else "")
+        if self._direct_backward:
+            # Without gradients the optimizer leaves every parameter and its state as it is,
+            # while the step still counts, so schedules and checkpoints stay on the step grid.
+            self.optimizers().zero_grad(set_to_none=True)
 
     def _log_episodes(self, step: int, batch: ExperienceBatch) -> None:
         """Each ended episode's return and risk outcome, at the update where it ended."""
@@ -169,6 +229,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
             self._window_returns.clear()
             self._window_outcomes.clear()
         metrics["train/episodes"] = float(self._episodes)
+        metrics["train/skipped_updates"] = float(self.skipped_updates)
         self._window_start = (now, step)
         self.live_metrics = metrics
         # Straight to the loggers: self.log on every step would cost more than the update.
@@ -177,6 +238,8 @@ class RiskSensitiveQLearning(pl.LightningModule):
 
     # ------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A checkpoint with NaN weights must never replace a good one.
+        self.check_parameters(int(checkpoint.get("global_step", self.global_step)))
         checkpoint["rs_lightning"] = {
             "exploration_rng": self.exploration_rng.bit_generator.state,
             "epsilon": self.epsilon,
@@ -184,6 +247,8 @@ class RiskSensitiveQLearning(pl.LightningModule):
             "torch_rng": torch.get_rng_state(),
             "numpy_rng": _numpy_global_state(),
             "agent_class": type(self.agent).__name__,
+            "agent": self.agent.config.name,
+            "skipped_updates": self.skipped_updates,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -191,6 +256,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self.exploration_rng.bit_generator.state = state["exploration_rng"]
         self.epsilon = state["epsilon"]
         self._episodes = state["episodes"]
+        self.skipped_updates = state.get("skipped_updates", 0)
         torch.set_rng_state(state["torch_rng"])
         name, keys, position, has_gauss, cached = state["numpy_rng"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))

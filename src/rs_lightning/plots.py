@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
 from rs_lightning.risk import expectation
+from rs_lightning.files import read_jsonl
 from rs_lightning.runs import TrainedRun, load_run
 
 ACTION_NAMES = ("right", "down", "left", "up")
@@ -119,12 +120,10 @@ CURVE_METRICS = (
 
 def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
     """{(env id, agent): [one job's evaluations, ...]} from a sweep's job folders."""
-    import json
-
     groups: dict[tuple[str, str], list[list[dict]]] = {}
     for history in sorted(Path(sweep_dir).glob("*/eval_history.jsonl")):
         config = OmegaConf.load(history.parent / "config.yaml")
-        records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        records = read_jsonl(history)  # drops a last line cut short by a kill
         if records:
             groups.setdefault((config.env.id, config.agent.name), []).append(records)
     return groups

@@ -38,9 +38,26 @@ EXACT_METRICS = tuple(f"exact_{metric}" for metric in METRICS)
 
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
-    """Every job's ``eval.json`` below ``sweep_dir``, with the job folder's name."""
+    """Every finished job's ``eval.json`` below ``sweep_dir``, with the job folder's name.
+
+    Jobs that failed (``failed.json``) or did not finish (no ``eval.json``) are skipped with
+    a warning naming them.
+    """
     rows = []
+    for job in sorted(p for p in Path(sweep_dir).glob("*") if p.is_dir()):
+        if (job / "failed.json").is_file():
+            try:
+                reason = json.loads((job / "failed.json").read_text()).get("message", "")
+            except (OSError, ValueError):
+                reason = ""
+            print(f"warning: skipping failed job {job.name}: {reason} (see its failed.json)",
+                  file=sys.stderr)
+        elif not (job / "eval.json").is_file() and (job / "config.yaml").is_file():
+            print(f"warning: skipping incomplete job {job.name}: no eval.json (interrupted? "
+                  "the same sweep command again finishes it)", file=sys.stderr)
     for path in sorted(Path(sweep_dir).glob("*/eval.json")):
+        if (path.parent / "failed.json").is_file():
+            continue
         try:
             row = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:

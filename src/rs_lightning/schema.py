@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the key and what is allowed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -50,6 +51,11 @@ class EnvSection:
         )
 
 
+# stop: end the run with an error naming the step (the last good checkpoint stays);
+# skip: drop that update (no parameter change) and count it.
+NON_FINITE_ACTIONS = ("stop", "skip")
+
+
 @dataclass
 class LearningSection:
     batch_size: int = MISSING
@@ -64,6 +70,7 @@ class LearningSection:
     epsilon_end: float = MISSING
     epsilon_decay: float = MISSING  # in environment steps
     epsilon_schedule: str = MISSING  # exponential | linear
+    on_non_finite: str = MISSING  # stop | skip: what a NaN / inf loss or gradient does
 
     def check(self) -> None:
         for key in ("batch_size", "replay_capacity", "target_update_period"):
@@ -83,6 +90,7 @@ class LearningSection:
             value = getattr(self, key)
             _require(0.0 <= value <= 1.0, f"learning.{key}", "in [0, 1]", value)
         _one_of("learning.epsilon_schedule", self.epsilon_schedule, ("exponential", "linear"))
+        _one_of("learning.on_non_finite", self.on_non_finite, NON_FINITE_ACTIONS)
 
 
 @dataclass
@@ -162,15 +170,33 @@ class LoggerSection:
     offline: bool = MISSING  # W&B offline mode: no account, `wandb sync` later
     group: Optional[str] = MISSING  # null: the sweep's folder name in a multirun
     tags: List[str] = field(default_factory=list)
+    # Seconds to reach the W&B server when online; past them the run logs offline instead.
+    online_timeout: float = MISSING
 
     def check(self) -> None:
         _one_of("logger.backend", self.backend, LOGGER_BACKENDS)
+        _require(self.online_timeout > 0, "logger.online_timeout", "positive (seconds)",
+                 self.online_timeout)
 
 
 @dataclass
 class CallbacksSection:
     progress_bar: bool = MISSING
     progress_refresh_seconds: float = MISSING
+
+
+@dataclass
+class FaultInjectionSection:
+    """Hooks for the tests of the fault handling: they break a run on purpose (null: off)."""
+
+    nan_loss_at_step: Optional[int] = MISSING  # the loss of this update becomes NaN
+    nan_parameters_at_step: Optional[int] = MISSING  # the parameters become NaN after it
+
+    def check(self) -> None:
+        for key in ("nan_loss_at_step", "nan_parameters_at_step"):
+            value = getattr(self, key)
+            if value is not None:
+                _require(value > 0, f"fault_injection.{key}", "a positive step or null", value)
 
 
 @dataclass
@@ -188,13 +214,15 @@ class TrainConfig:
     hardware: HardwareSection = MISSING
     logger: LoggerSection = MISSING
     callbacks: CallbacksSection = MISSING
+    fault_injection: FaultInjectionSection = MISSING
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
         _require(0.0 < self.rho < 1.0, "rho", "in (0, 1), excluding both ends", self.rho)
         _require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
         for section in (
-            self.env, self.learning, self.evaluation, self.trainer, self.hardware, self.logger
+            self.env, self.learning, self.evaluation, self.trainer, self.hardware, self.logger,
+            self.fault_injection,
         ):
             section.check()
 
@@ -216,8 +244,25 @@ def _structured(schema_class, node, root: str = "") -> Any:
         key = getattr(error, "full_key", None) or root or "config"
         if root and not key.startswith(root):
             key = f"{root}.{key}"
-        message = str(error).split("\n")[0]
-        raise ConfigError(key, message) from None
+        raise ConfigError(key, _plain_message(str(error).split("\n")[0])) from None
+
+
+_TYPE_NAMES = {"Float": "a number", "Integer": "an integer", "Boolean": "true or false",
+               "String": "a string"}
+
+
+def _plain_message(message: str) -> str:
+    """OmegaConf's wording of a type or key error, in the words of the other checks."""
+    converted = re.match(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", message)
+    if converted:
+        value, type_name = converted.groups()
+        return f"must be {_TYPE_NAMES.get(type_name, type_name)}, got {value!r}"
+    not_bool = re.match(r"Value '(.*)' is not a valid bool", message)
+    if not_bool:
+        return f"must be true or false, got {not_bool.group(1)!r}"
+    if re.match(r"Key '.*' not in '\w+'", message):
+        return "unknown key (the keys are those of conf/train.yaml and its group files)"
+    return message
 
 
 def agent_config_from(node) -> AgentConfig:
@@ -247,6 +292,10 @@ def utility_from(risk_node, alpha: float) -> Utility:
     try:
         return Utility(alpha=alpha, risk=name, params=params)
     except ValueError as error:
+        # A measure's own parameter check names its key: "risk.eta: must be ...".
+        key, _, message = str(error).partition(": ")
+        if key.startswith("risk.") and message:
+            raise ConfigError(key, message) from None
         raise ConfigError("risk", str(error)) from None
 
 

@@ -1,15 +1,23 @@
 """Compose the objects a config describes and run training, evaluation and the outputs.
 
-``run(cfg)`` is what ``python train.py ...`` calls. It writes into the run directory:
-``eval.json`` (the final Monte Carlo evaluation), ``eval_history.jsonl`` (the periodic
-evaluations), ``policy.json`` (grid worlds: the greedy action of every cell), ``config.yaml``
-(the resolved config), ``checkpoints/`` and the logger's files (``wandb/`` or ``csv/``).
+``run(cfg)`` is what ``python train.py ...`` calls (through :func:`rs_lightning.jobs.run_job`,
+which skips finished jobs and resumes interrupted ones). It writes into the run directory:
+``eval.json`` (the final Monte Carlo evaluation, written last: it marks a finished run),
+``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` (grid worlds: the greedy
+action of every cell), ``config.yaml`` (the resolved config), ``attempts.jsonl`` (one line per
+start of training), ``checkpoints/`` and the logger's files (``wandb/`` or ``csv/``).
+
+Nothing is written before every input has been checked, and every file a later step relies on
+is written atomically (checkpoints included), so a kill at any moment leaves the previous
+complete version.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
+import socket
 import sys
 import warnings
 from pathlib import Path
@@ -18,14 +26,16 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.callbacks import PeriodicEvaluation, TrainingProgress
 from rs_lightning.data.datamodule import EnvDataModule
-from rs_lightning.errors import ConfigError
 from rs_lightning.evaluation import evaluate_run
+from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write_text_atomic
+from rs_lightning.jobs import check_inputs, output_key, run_directory
 from rs_lightning.module import RiskSensitiveQLearning
-from rs_lightning.schema import ValidatedConfig, validate
+from rs_lightning.schema import ValidatedConfig
 
 log = logging.getLogger("rs_lightning")
 
@@ -44,19 +54,26 @@ def _quiet_lightning() -> None:
         ".*`dataloader_iter` step flavor.*",  # we fetch exactly one batch per step
         ".*Found `dataloader_iter` argument.*",
         ".*isinstance\\(treespec, LeafSpec\\).*",
+        ".*Checkpoint directory .* exists and is not empty.*",  # a resumed job's own folder
+        ".*The dirpath has changed from.*",  # resuming into a new folder: nothing to reload
     ):
         warnings.filterwarnings("ignore", message=pattern)
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_directory() -> Path:
-    """Hydra's output directory for this job, or the working directory outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, through a temporary file, fsync and a rename.
 
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path.cwd()
+    Lightning writes checkpoints in place, so a kill mid-write leaves a truncated
+    ``last.ckpt`` where a good one was; here the old file stays until the new one is whole.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        with atomic_write(path, "wb") as f:
+            torch.save(checkpoint, f)
 
 
 def _sweep_group() -> str | None:
@@ -69,6 +86,7 @@ def _sweep_group() -> str | None:
 
 
 def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any]) -> list:
+    """The configured loggers. W&B online falls back to offline when it cannot connect."""
     cfg = settings.train.logger
     if cfg.backend == "none":
         return []
@@ -78,26 +96,110 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
         return [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
     from pytorch_lightning.loggers import WandbLogger
 
-    if cfg.offline:
-        os.environ["WANDB_MODE"] = "offline"
     os.environ.setdefault("WANDB_SILENT", "true")
     train = settings.train
     name = f"{settings.agent.name}-{train.env.id.split('/')[-1]}-seed{train.seed}"
-    logger = WandbLogger(
-        project=cfg.project,
-        entity=cfg.entity,
-        name=name,
-        group=cfg.group or _sweep_group(),
-        tags=list(cfg.tags),
-        save_dir=str(run_dir),
-        offline=cfg.offline,
-        config=resolved,
-        job_type="train",
-    )
-    # Lightning always passes W&B's deprecated `anonymous` setting, which makes every run
-    # print a warning; W&B ignores the setting, so leaving it out changes nothing else.
-    logger._wandb_init.pop("anonymous", None)
-    return [logger]
+
+    def wandb_logger(offline: bool, **init) -> WandbLogger:
+        logger = WandbLogger(
+            project=cfg.project,
+            entity=cfg.entity,
+            name=name,
+            group=cfg.group or _sweep_group(),
+            tags=list(cfg.tags),
+            save_dir=str(run_dir),
+            offline=offline,
+            config=resolved,
+            job_type="train",
+            **init,
+        )
+        # Lightning always passes W&B's deprecated `anonymous` setting, which makes every run
+        # print a warning; W&B ignores the setting, so leaving it out changes nothing else.
+        logger._wandb_init.pop("anonymous", None)
+        return logger
+
+    # WANDB_MODE=offline or disabled in the environment is the user's; Lightning itself sets
+    # "dryrun" for every offline logger of the process, which must not stop a later online one.
+    if not cfg.offline and os.environ.get("WANDB_MODE") not in ("offline", "disabled"):
+        problem = wandb_online_problem(cfg.online_timeout)
+        if problem is None:
+            import wandb
+
+            logger = wandb_logger(False, mode="online",
+                                  settings=wandb.Settings(init_timeout=cfg.online_timeout))
+            try:
+                logger.experiment  # connect now, while logging offline instead is still possible
+                return [logger]
+            except Exception as error:  # W&B raises its own errors and network ones
+                text = str(error).strip()
+                problem = (text.splitlines()[0] if text else repr(error))[:160]
+        print(f"[rs_lightning] W&B online logging is not possible ({problem}); logging offline "
+              f"to {run_dir / 'wandb'} instead (`wandb sync` uploads it later)", file=sys.stderr)
+    # The mode is passed, not set in the environment: after a failed online attempt W&B keeps
+    # its online settings for the process, and the next job of a sweep may log online.
+    return [wandb_logger(True, mode="offline")]
+
+
+def wandb_online_problem(timeout: float) -> str | None:
+    """Why W&B cannot log online from here (None: it may). Never waits for input.
+
+    Without credentials W&B would prompt for an API key on a terminal; an unreachable server
+    would make it retry for ``init_timeout``. Both are seen here in well under a second.
+    """
+    import netrc
+    from urllib.parse import urlparse
+
+    import wandb
+
+    url = os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    has_key = bool(os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
+    if not has_key:
+        try:
+            has_key = netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+        except (OSError, netrc.NetrcParseError):
+            has_key = False
+    if not has_key:
+        return "no W&B credentials: run `wandb login` or set WANDB_API_KEY"
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=min(timeout, 10.0)).close()
+    except OSError as error:
+        return f"cannot reach {url}: {error.strerror or error}"
+    return None
+
+
+def close_loggers(loggers: list, failed: bool) -> None:
+    """Finish the loggers; a failed run is marked failed in W&B (exit code 1)."""
+    for logger in loggers:
+        logger.finalize("failed" if failed else "success")
+    if any(type(logger).__name__ == "WandbLogger" for logger in loggers):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=1 if failed else 0)
+
+
+def _log_run_media(loggers, summary, module, settings, run_dir, steps, datamodule) -> None:
+    """W&B runs also get the evaluation as a Table and, on a grid world, the distribution
+    figure of the decision state (written into the run folder as ``distributions.png``)."""
+    wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
+    if not wandb_loggers:
+        return
+    from rs_lightning.report import DECISION_CELLS, START_CELL, log_run_media
+
+    figure = None
+    env = settings.train.env
+    if env.grid_size:
+        from rs_lightning.plots import plot_return_distributions
+        from rs_lightning.runs import TrainedRun
+
+        figure = run_dir / "distributions.png"
+        trained = TrainedRun(settings, module, run_dir, steps, datamodule.collector.env_steps)
+        plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
+    for logger in wandb_loggers:
+        log_run_media(logger.experiment, summary, figure)
 
 
 def build(settings: ValidatedConfig) -> tuple[EnvDataModule, RiskSensitiveQLearning]:
@@ -118,6 +220,7 @@ def build(settings: ValidatedConfig) -> tuple[EnvDataModule, RiskSensitiveQLearn
         train.learning,
         seed=train.seed,
         log_every_n_steps=train.trainer.log_every_n_steps,
+        fault_injection=train.fault_injection,
     )
     datamodule.attach_policy(module.explore)
     return datamodule, module
@@ -129,17 +232,25 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
     ``run_dir`` defaults to Hydra's output directory (the working directory outside Hydra).
     """
     _quiet_lightning()
-    settings = validate(cfg)
-    train = settings.train
     run_dir = Path(run_dir) if run_dir is not None else run_directory()
+    # Every input is checked before the first write: bad input leaves the folder untouched.
+    settings, start_step = check_inputs(cfg, run_dir, output_key())
+    train = settings.train
     run_dir.mkdir(parents=True, exist_ok=True)
-    if train.ckpt_path is not None and not Path(train.ckpt_path).is_file():
-        raise ConfigError("ckpt_path", f"no checkpoint file at {train.ckpt_path}")
+    # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
+    for stale in [*run_dir.glob(".*.tmp"), *run_dir.glob("checkpoints/.*.tmp")]:
+        stale.unlink(missing_ok=True)
 
     torch.set_num_threads(train.hardware.torch_threads)
     pl.seed_everything(train.seed, workers=True, verbose=False)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    # Evaluations an interrupted attempt made after its checkpoint are made again.
+    truncate_jsonl(run_dir / "eval_history.jsonl", lambda r: r.get("step", 0) <= start_step)
+    append_jsonl(run_dir / "attempts.jsonl", {
+        "start_step": start_step, "ckpt_path": train.ckpt_path, "pid": os.getpid(),
+        "host": socket.gethostname(), "time": datetime.datetime.now().isoformat(timespec="seconds"),
+    })
 
     datamodule, module = build(settings)
     if train.hardware.compile:
@@ -190,22 +301,28 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         limit_val_batches=0,
         default_root_dir=str(run_dir),
         log_every_n_steps=train.trainer.log_every_n_steps,
+        plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
-    trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
+        trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
 
-    summary = evaluate_run(
-        module, settings, run_dir, steps=trainer.global_step,
-        env_steps=datamodule.collector.env_steps,
-    )
-    final = {f"eval/final_{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
-    for logger in loggers:
-        logger.log_metrics(final, step=trainer.global_step)
-        logger.finalize("success")
-    if any(type(logger).__name__ == "WandbLogger" for logger in loggers):
-        import wandb
-
-        wandb.finish()
+        summary = evaluate_run(
+            module, settings, run_dir, steps=trainer.global_step,
+            env_steps=datamodule.collector.env_steps,
+        )
+        final = {f"eval/final_{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
+        final["train/skipped_updates"] = float(module.skipped_updates)
+        _log_run_media(loggers, summary, module, settings, run_dir, trainer.global_step, datamodule)
+        for logger in loggers:
+            logger.log_metrics(final, step=trainer.global_step)
+    except BaseException:
+        close_loggers(loggers, failed=True)
+        raise
+    close_loggers(loggers, failed=False)
+    if module.skipped_updates:
+        print(f"[rs_lightning] {module.skipped_updates} updates with a non-finite loss or "
+              "gradient were skipped (learning.on_non_finite=skip)", file=sys.stderr)
     log.info("eval: %s", {k: summary[k] for k in ("expectation", "var", "cvar", "utility")})
     print(
         f"[rs_lightning] {settings.agent.name} on {train.env.id}: "

@@ -172,7 +172,10 @@ class EnvDataModule(pl.LightningDataModule):
         return ExperienceStream(self.collector, self.policy, self.batch_size, self.warmup_steps)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"collector": self.collector.state_dict()} if self.collector else {}
+        if self.collector is None:
+            return {}
+        # The env id lets a resume refuse a checkpoint of another environment.
+        return {"collector": self.collector.state_dict(), "env_id": self.env_config.id}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.setup()

@@ -1,0 +1,123 @@
+"""Reading, checking and choosing checkpoints, without importing Lightning.
+
+A run resumes from a checkpoint given as ``ckpt_path=`` or, when its own folder already has
+checkpoints (a killed job run again), from the newest readable one there. Before anything is
+trained or written, the checkpoint is read and compared with the run's config, so that a
+corrupt or truncated file, or one of another agent or network size, is one clear error
+instead of a traceback from deep inside Lightning.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rs_lightning.errors import ConfigError
+
+CHECKPOINT_FOLDER = "checkpoints"
+LAST = "last.ckpt"
+
+
+def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
+    """The checkpoint's content; ConfigError if it is missing, unreadable or not ours."""
+    path = Path(path)
+    if not path.is_file():
+        what = "a folder, not a checkpoint file" if path.is_dir() else "no checkpoint file there"
+        raise ConfigError(key, f"{path}: {what}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for bad bytes
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            key, f"{path} is not a readable checkpoint (corrupt or truncated: {reason[:120]})"
+        ) from None
+    if not isinstance(state, dict) or "state_dict" not in state or "rs_lightning" not in state:
+        raise ConfigError(key, f"{path} is not a checkpoint of an rs_lightning run")
+    return state
+
+
+def checkpoint_agent(state: dict[str, Any]) -> str:
+    """The agent name (or, in older checkpoints, the agent class name) that wrote ``state``."""
+    ours = state["rs_lightning"]
+    return ours.get("agent") or ours.get("agent_class", "?")
+
+
+def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
+                     agent: torch.nn.Module, env_id: str, key: str = "ckpt_path") -> None:
+    """ConfigError unless ``state`` was written by the same agent with the same network shapes.
+
+    ``agent`` is the network this run builds; the checkpoint's ``agent.*`` tensors must have
+    exactly its parameter names and shapes.
+    """
+    written_by = checkpoint_agent(state)
+    if written_by not in (agent_name, type(agent).__name__):
+        raise ConfigError(
+            key, f"{path} was written by agent {written_by}, this run is agent={agent_name}; "
+            f"resume with the checkpoint's agent or give a checkpoint of {agent_name}"
+        )
+    # Lightning files the datamodule's state under its class name.
+    written_env = (state.get("EnvDataModule") or {}).get("env_id")
+    if written_env is not None and written_env != env_id:
+        raise ConfigError(
+            key, f"{path} was written on env {written_env}, this run is on {env_id}"
+        )
+    saved = {k[len("agent."):]: v.shape for k, v in state["state_dict"].items()
+             if k.startswith("agent.")}
+    wanted = {k: v.shape for k, v in agent.state_dict().items()}
+    if saved != wanted:
+        differing = sorted(k for k in saved.keys() & wanted.keys() if saved[k] != wanted[k])
+        if differing:
+            name = differing[0]
+            detail = (f"{name} is {list(saved[name])} in the checkpoint and "
+                      f"{list(wanted[name])} in this run")
+        else:
+            name = sorted(saved.keys() ^ wanted.keys())[0]
+            detail = f"{name} is in only one of them"
+        raise ConfigError(
+            key, f"{path} does not fit this run's network ({detail}): use the agent settings "
+            "of the run that wrote it (its config.yaml)"
+        )
+
+
+def checkpoint_step(state: dict[str, Any]) -> int:
+    """The number of updates made when ``state`` was saved."""
+    return int(state.get("global_step", 0))
+
+
+_STEP_NAME = re.compile(r"step(\d+)\.ckpt$")
+
+
+def newest_checkpoint(run_dir: Path | str) -> tuple[Path, int] | None:
+    """The readable checkpoint of ``run_dir/checkpoints`` with the most updates, and its step.
+
+    Unreadable files (which atomic writes should never leave, but a full disk or a copy
+    could) are skipped with a warning.
+    """
+    folder = Path(run_dir) / CHECKPOINT_FOLDER
+    if not folder.is_dir():
+        return None
+    candidates = [p for p in folder.glob("*.ckpt") if not p.name.startswith(".")]
+
+    # Newest first by name (last.ckpt is at least as new as any step file), so the first
+    # readable one usually wins and older files are not read at all.
+    def order(p: Path):
+        match = _STEP_NAME.search(p.name)
+        return (p.name == LAST, int(match.group(1)) if match else -1)
+
+    best: tuple[Path, int] | None = None
+    for path in sorted(candidates, key=order, reverse=True):
+        match = _STEP_NAME.search(path.name)
+        if best is not None and match and int(match.group(1)) <= best[1]:
+            continue  # a step file cannot be newer than what was already found
+        try:
+            step = checkpoint_step(read_checkpoint(path))
+        except ConfigError as error:
+            print(f"warning: ignoring {error.message}", file=sys.stderr)
+            continue
+        if best is None or step > best[1]:
+            best = (path, step)
+    return best

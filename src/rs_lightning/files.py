@@ -1,0 +1,108 @@
+"""Writing and reading run files so that a kill at any moment loses nothing finished.
+
+A file a later step relies on (``config.yaml``, checkpoints, ``failed.json``) is written to a
+temporary file in the same folder, flushed to disk and renamed over the old one: the rename is
+atomic, so a reader sees either the old file or the new one, never half of either. Files
+appended line by line (``eval_history.jsonl``, ``attempts.jsonl``) can end with a truncated
+line after a kill; :func:`read_jsonl` drops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path | str, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` in one rename.
+
+    On any error (or a kill) ``path`` keeps its old content and the temporary file is removed
+    (a kill can leave a hidden ``.<name>.*.tmp``, which no reader looks at).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes the file private (0600); give it the mode a plain open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make the rename itself durable (a power cut after it keeps the new file)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not support fsync on a folder
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def write_json_atomic(path: Path | str, data: Any) -> None:
+    with atomic_write(path) as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
+    """Append one JSON line, flushed to disk before returning."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path | str, warn: bool = True) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; a line cut short by a kill is dropped with a warning."""
+    records = []
+    lines = Path(path).read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if warn:
+                where = "last line" if number == len(lines) else f"line {number}"
+                print(f"warning: {path}: skipping an unreadable {where} (cut short by a kill?)",
+                      file=sys.stderr)
+    return records
+
+
+def truncate_jsonl(path: Path | str, keep) -> None:
+    """Rewrite a JSON-lines file with only the readable records ``keep(record)`` accepts."""
+    path = Path(path)
+    if not path.exists():
+        return
+    records = [r for r in read_jsonl(path, warn=False) if keep(r)]
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))

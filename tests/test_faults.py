@@ -1,0 +1,179 @@
+"""Faults a run must survive or report clearly: kills mid-write, NaNs, an unreachable W&B."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from rs_lightning.errors import NumericalFault
+from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
+from rs_lightning.train import AtomicCheckpointIO, build, run, wandb_online_problem
+from tests.conftest import ROOT
+
+
+def train_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
+        env=env or dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
+        timeout=300, stdin=subprocess.DEVNULL,  # nothing may wait for input
+    )
+
+
+QUICK_DQN = ["agent=dqn", "debug=quick", "callbacks.progress_bar=false", "evaluation.episodes=100"]
+
+
+# ---------------------------------------------------------------- atomic files
+def test_a_checkpoint_write_that_fails_midway_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"weights": torch.zeros(3)}, path)
+    before = path.read_bytes()
+
+    def dying_save(obj, f, *args, **kwargs):
+        f.write(b"the first bytes of a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(OSError, match="No space left"):
+        AtomicCheckpointIO().save_checkpoint({"weights": torch.ones(3)}, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
+
+
+WRITER = """
+import sys, torch
+from rs_lightning.files import atomic_write
+step = 0
+while True:
+    step += 1
+    with atomic_write(sys.argv[1], "wb") as f:
+        torch.save({"step": step, "weights": torch.full((2_000_000,), float(step))}, f)
+"""
+
+
+def test_a_kill_while_writing_never_leaves_a_truncated_file(tmp_path):
+    """A process rewriting an 8 MB checkpoint in a loop is killed at random moments; the file
+    is always a complete checkpoint (a plain write leaves a truncated one at most kills)."""
+    path = tmp_path / "last.ckpt"
+    for _ in range(3):
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
+                                  stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(random.uniform(0.05, 0.5))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        state = torch.load(path, weights_only=True)
+        assert state["weights"].shape == (2_000_000,)
+        assert bool((state["weights"] == float(state["step"])).all())
+
+
+def test_a_line_cut_short_by_a_kill_is_dropped(tmp_path, capsys):
+    history = tmp_path / "eval_history.jsonl"
+    history.write_text('{"step": 150, "utility": 0.1}\n{"step": 300, "utility": 0.2}\n{"step": 45')
+    assert [r["step"] for r in read_jsonl(history)] == [150, 300]
+    assert "last line" in capsys.readouterr().err
+    truncate_jsonl(history, lambda r: r["step"] <= 150)  # what a resume from step 150 keeps
+    assert history.read_text() == '{"step": 150, "utility": 0.1}\n'
+
+
+def test_atomic_write_gives_files_the_usual_permissions(tmp_path):
+    with atomic_write(tmp_path / "a.json") as f:
+        f.write("{}")
+    plain = tmp_path / "b.json"
+    plain.write_text("{}")
+    assert (tmp_path / "a.json").stat().st_mode == plain.stat().st_mode
+
+
+# ---------------------------------------------------------------- numerical faults
+def test_a_nan_loss_stops_the_run_keeps_the_good_checkpoint_and_marks_wandb_failed(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train_cli(*QUICK_DQN, "logger=wandb", "fault_injection.nan_loss_at_step=130",
+                       f"hydra.run.dir={run_dir}")
+    assert result.returncode == 3, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert lines == [lines[0]] and lines[0].startswith(
+        "Error in training: non-finite loss (nan) at step 130; the run stopped and its last "
+        f"good checkpoint is {run_dir / 'checkpoints' / 'last.ckpt'} (step 100)."
+    )
+    assert "Traceback" not in result.stderr
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 100
+    assert all(torch.isfinite(t).all() for t in state["state_dict"].values())
+    assert not (run_dir / "eval.json").exists()
+    # W&B records the run's exit code in its log: 1 marks the run failed.
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    assert "got exitcode: 1" in (wandb_run / "logs" / "debug.log").read_text()
+
+
+def test_skip_drops_the_bad_update_and_counts_it(compose, tmp_path):
+    cfg = compose([*QUICK_DQN, "logger=csv", "learning.on_non_finite=skip",
+                   "fault_injection.nan_loss_at_step=130"])
+    summary = run(cfg, run_dir=tmp_path)
+    assert summary["steps"] == 300 and summary["expectation"] == summary["expectation"]
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["rs_lightning"]["skipped_updates"] == 1
+    # Adam made 299 steps in 300 updates: the NaN update changed no parameter and no moment.
+    assert all(s["step"] == 299 for s in state["optimizer_states"][0]["state"].values())
+    metrics = (tmp_path / "csv" / "metrics.csv").read_text()
+    assert "train/skipped_updates" in metrics.splitlines()[0]
+
+
+def test_nan_parameters_stop_the_run_even_when_skipping(compose, tmp_path):
+    cfg = compose([*QUICK_DQN, "logger=none", "learning.on_non_finite=skip",
+                   "fault_injection.nan_parameters_at_step=130"])
+    with pytest.raises(NumericalFault) as fault:
+        run(cfg, run_dir=tmp_path)
+    assert (fault.value.quantity, fault.value.step) == ("parameters", 130)
+    assert str(fault.value) == "non-finite parameters at step 130"
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 100
+
+
+def test_a_checkpoint_of_nan_weights_is_refused_before_writing(compose):
+    from rs_lightning.schema import validate
+
+    _, module = build(validate(compose(QUICK_DQN)))
+    with torch.no_grad():
+        next(module.agent.parameters())[0] = float("inf")
+    with pytest.raises(NumericalFault, match="non-finite parameters at step 7"):
+        module.on_save_checkpoint({"global_step": 7})
+
+
+# ---------------------------------------------------------------- logging faults
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_wandb_server_falls_back_to_offline_and_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_BASE_URL=f"http://127.0.0.1:{closed_port()}", WANDB_API_KEY="0" * 40,
+               WANDB_SILENT="true")
+    started = time.monotonic()
+    result = train_cli(*QUICK_DQN, "trainer.max_steps=60", "evaluation.every_n_steps=0",
+                       "logger=wandb", "logger.offline=false", "logger.online_timeout=5",
+                       f"hydra.run.dir={run_dir}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "W&B online logging is not possible (cannot reach http://127.0.0.1:" in result.stderr
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+    assert json.loads((run_dir / "eval.json").read_text())["steps"] == 60
+    assert time.monotonic() - started < 120
+
+
+def test_no_wandb_credentials_means_offline_without_a_prompt(monkeypatch, tmp_path):
+    for key in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    assert "no W&B credentials" in wandb_online_problem(timeout=1.0)
