@@ -117,3 +117,13 @@ def test_report_refuses_bad_input(tmp_path, capsys):
     assert "no */eval.json" in capsys.readouterr().err
     assert main([str(tmp_path), "--wandb-report"]) == 2
     assert "--wandb-report" in capsys.readouterr().err
+
+
+def test_online_report_without_credentials_logs_offline(sweep, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert main([str(sweep), "--wandb", "online", "--out", str(tmp_path / "report")]) == 0
+    captured = capsys.readouterr()
+    assert "no W&B credentials" in captured.err and "logging offline" in captured.err
+    assert list((tmp_path / "report" / "wandb").glob("offline-run-*"))

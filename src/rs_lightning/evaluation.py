@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +22,7 @@ import numpy as np
 import torch
 
 from rs_lightning.envs.factory import make_env
+from rs_lightning.files import write_json_atomic
 from rs_lightning.ground_truth import exact_policy_metrics
 from rs_lightning.risk import (
     Utility,
@@ -203,24 +202,6 @@ def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     cells = [(x, y) for x in range(size) for y in range(size)]
     actions = policy(torch.tensor(cells, dtype=torch.float32)).cpu().tolist()
     return {f"{x},{y}": int(a) for (x, y), a in zip(cells, actions)}
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename: a kill never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

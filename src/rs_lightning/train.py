@@ -36,6 +36,7 @@ from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write
 from rs_lightning.jobs import check_inputs, output_key, run_directory
 from rs_lightning.module import RiskSensitiveQLearning
 from rs_lightning.schema import ValidatedConfig
+from rs_lightning.wandb_support import wandb_online_problem
 
 log = logging.getLogger("rs_lightning")
 
@@ -138,36 +139,6 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
     # The mode is passed, not set in the environment: after a failed online attempt W&B keeps
     # its online settings for the process, and the next job of a sweep may log online.
     return [wandb_logger(True, mode="offline")]
-
-
-def wandb_online_problem(timeout: float) -> str | None:
-    """Why W&B cannot log online from here (None: it may). Never waits for input.
-
-    Without credentials W&B would prompt for an API key on a terminal; an unreachable server
-    would make it retry for ``init_timeout``. Both are seen here in well under a second.
-    """
-    import netrc
-    from urllib.parse import urlparse
-
-    import wandb
-
-    url = os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
-    has_key = bool(os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
-    if not has_key:
-        try:
-            has_key = netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
-        except (OSError, netrc.NetrcParseError):
-            has_key = False
-    if not has_key:
-        return "no W&B credentials: run `wandb login` or set WANDB_API_KEY"
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=min(timeout, 10.0)).close()
-    except OSError as error:
-        return f"cannot reach {url}: {error.strerror or error}"
-    return None
 
 
 def close_loggers(loggers: list, failed: bool) -> None:

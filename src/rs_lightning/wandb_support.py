@@ -3,11 +3,42 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any
 
 # Seconds W&B may take to reach its server before a run falls back to offline logging.
 ONLINE_INIT_TIMEOUT = 30.0
+
+
+def wandb_online_problem(timeout: float) -> str | None:
+    """Why W&B cannot log online from here (None: it may). Never waits for input.
+
+    Without credentials W&B would prompt for an API key on a terminal; an unreachable server
+    would make it retry for ``init_timeout``. Both are seen here in well under a second.
+    """
+    import netrc
+    from urllib.parse import urlparse
+
+    import wandb
+
+    url = os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    has_key = bool(os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
+    if not has_key:
+        try:
+            has_key = netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+        except (OSError, netrc.NetrcParseError):
+            has_key = False
+    if not has_key:
+        return "no W&B credentials: run `wandb login` or set WANDB_API_KEY"
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=min(timeout, 10.0)).close()
+    except OSError as error:
+        return f"cannot reach {url}: {error.strerror or error}"
+    return None
 
 
 def init_wandb_run(mode: str = "offline", **init_kwargs: Any):
@@ -20,7 +51,11 @@ def init_wandb_run(mode: str = "offline", **init_kwargs: Any):
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    if mode == "online":
+    problem = wandb_online_problem(ONLINE_INIT_TIMEOUT) if mode == "online" else None
+    if problem is not None:
+        print(f"warning: W&B online logging is not possible ({problem}); logging offline "
+              "instead", file=sys.stderr)
+    elif mode == "online":
         try:
             return wandb.init(
                 mode="online", settings=wandb.Settings(init_timeout=ONLINE_INIT_TIMEOUT), **init_kwargs
