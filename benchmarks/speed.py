@@ -13,8 +13,11 @@ the difference in steps, so start-up costs cancel. Cases:
   fused Adam and clipping): the floor for what the framework adds;
 - ``lightning_<agent>``: this project's Trainer + LightningModule + env datamodule.
 
-Targets (issues 3 and 4): Lightning DQN <= 1.3x plain DQN; RS-UMDQN-C <= 15x Lightning DQN;
-peak memory of an RS-UMDQN-C run under 1 GB.
+Every registered agent is a case; the table prints each one's step time as a ratio to
+Lightning DQN's in the same run.
+
+Targets (issues 3, 4 and 6): Lightning DQN <= 1.3x plain DQN; RS-UMDQN-C <= 15x Lightning DQN;
+C51, QR-DQN and IQN <= 3x Lightning DQN; peak memory of an RS-UMDQN-C run under 1 GB.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ EPSILON = 0.05
 TARGETS = {
     ("lightning_dqn", "plain_dqn"): 1.3,
     ("lightning_rs_umdqn_c", "lightning_dqn"): 15.0,
+    ("lightning_c51", "lightning_dqn"): 3.0,
+    ("lightning_qr_dqn", "lightning_dqn"): 3.0,
+    ("lightning_iqn", "lightning_dqn"): 3.0,
 }
 
 

@@ -79,8 +79,8 @@ INTEGRATION_RULES = ("simpson", "trapezoid")
 
 
 @dataclass
-class UMDQNCConfig(AgentConfig):
-    """UMDQN-C settings. No defaults here: they live in ``conf/agent/rs_umdqn_c.yaml``.
+class UMNNConfig(AgentConfig):
+    """The monotone network shared by the UMDQN family (UMDQN-C, -KL, -W).
 
     ``hidden_sizes`` (from :class:`AgentConfig`) are the state embedding h(s):
     obs_dim -> hidden_sizes, the last layer without activation (authors' code).
@@ -90,11 +90,8 @@ class UMDQNCConfig(AgentConfig):
     integrand_hidden_sizes: List[int] = MISSING
     # Conditioner on h: embedding -> conditioner_hidden_sizes (ReLU) -> 2 * n_actions.
     conditioner_hidden_sizes: List[int] = MISSING
-    n_returns: int = MISSING  # N_z: returns per sample in the loss, and the acting grid
-    return_grid: str = MISSING  # fixed (authors' code) | uniform (paper: resampled each update)
-    loss: str = MISSING  # cramer (paper) | mse (authors' code)
     integration_rule: str = MISSING  # simpson | trapezoid: cumulative rule on the lattice
-    integration_step: float = MISSING  # lattice spacing in return units
+    integration_step: float = MISSING  # lattice spacing (in units of the integration variable)
 
     def check(self) -> None:
         super().check()
@@ -104,15 +101,6 @@ class UMDQNCConfig(AgentConfig):
                 raise ValueError(
                     f"agent.{key}: must be a non-empty list of positive sizes, got {list(sizes)}"
                 )
-        if self.n_returns < 2:
-            raise ValueError(f"agent.n_returns: must be an integer >= 2, got {self.n_returns}")
-        if self.return_grid not in RETURN_GRIDS:
-            raise ValueError(
-                f"agent.return_grid: must be one of {', '.join(RETURN_GRIDS)}, "
-                f"got {self.return_grid!r}"
-            )
-        if self.loss not in LOSSES:
-            raise ValueError(f"agent.loss: must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.integration_rule not in INTEGRATION_RULES:
             raise ValueError(
                 f"agent.integration_rule: must be one of {', '.join(INTEGRATION_RULES)}, "
@@ -122,6 +110,27 @@ class UMDQNCConfig(AgentConfig):
             raise ValueError(
                 f"agent.integration_step: must be a positive float, got {self.integration_step}"
             )
+
+
+@dataclass
+class UMDQNCConfig(UMNNConfig):
+    """UMDQN-C settings. No defaults here: they live in ``conf/agent/rs_umdqn_c.yaml``."""
+
+    n_returns: int = MISSING  # N_z: returns per sample in the loss, and the acting grid
+    return_grid: str = MISSING  # fixed (authors' code) | uniform (paper: resampled each update)
+    loss: str = MISSING  # cramer (paper) | mse (authors' code)
+
+    def check(self) -> None:
+        super().check()
+        if self.n_returns < 2:
+            raise ValueError(f"agent.n_returns: must be an integer >= 2, got {self.n_returns}")
+        if self.return_grid not in RETURN_GRIDS:
+            raise ValueError(
+                f"agent.return_grid: must be one of {', '.join(RETURN_GRIDS)}, "
+                f"got {self.return_grid!r}"
+            )
+        if self.loss not in LOSSES:
+            raise ValueError(f"agent.loss: must be one of {', '.join(LOSSES)}, got {self.loss!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +229,7 @@ def integral_table(values: Tensor, lattice: Lattice, rule: str) -> IntegralTable
     return IntegralTable(lattice, integral, increment, lean)
 
 
-def interpolate_integral(table: IntegralTable, z: Tensor) -> Tensor:
+def interpolate_integral(table: IntegralTable, z: Tensor, derivative: bool = False):
     """``integral_0^z f`` at arbitrary returns ``z[..., N]``; ``z``'s leading dimensions
     broadcast against the table's.
 
@@ -230,6 +239,9 @@ def interpolate_integral(table: IntegralTable, z: Tensor) -> Tensor:
     0 to 1 with derivative proportional to the interpolated integrand (>= 0), so I is
     increasing, continuous and equal to the table at the nodes. Beyond the lattice it
     continues linearly with the edge slope (still increasing).
+
+    ``derivative``: also return dI/dz, the exact derivative of this interpolant (the linear
+    interpolant of f, scaled by the rule's factor; >= 0), e.g. for a density (UMDQN-KL).
     """
     lattice = table.lattice
     position = z / lattice.step - lattice.first
@@ -247,7 +259,10 @@ def interpolate_integral(table: IntegralTable, z: Tensor) -> Tensor:
     integral = torch.addcmul(at(table.integral), increment, share)
     # d integral / d position = increment * share'(t), share'(t) = lean + 2 t (1 - lean)
     edge_slope = increment * torch.addcmul(lean, t, 1.0 - lean, value=2.0)
-    return torch.addcmul(integral, position - inside, edge_slope)
+    integral = torch.addcmul(integral, position - inside, edge_slope)
+    if derivative:
+        return integral, edge_slope / lattice.step
+    return integral
 
 
 def step_cdf(reward: Tensor, z: Tensor) -> Tensor:
@@ -295,7 +310,7 @@ def _full_precision(x: Tensor) -> Tensor:
 class CDFNetwork(nn.Module):
     """The UMNN of UMDQN-C: embedding h(s), integrand f(z, h) > 0 and conditioner (b, c)."""
 
-    def __init__(self, problem: Problem, config: UMDQNCConfig) -> None:
+    def __init__(self, problem: Problem, config: UMNNConfig) -> None:
         super().__init__()
         n_actions = problem.n_actions
         embedding_size = config.hidden_sizes[-1]
@@ -351,6 +366,21 @@ class StateCurves(NamedTuple):
         log_scale = self.log_scale.index_select(0, curve).unsqueeze(-1)
         return umnn_cdf(integral, offset, log_scale)
 
+    def monotone(self, curve: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        """The UMNN itself, before any squashing: h(z) = exp(c) * integral_0^z f + b and its
+        derivative exp(c) * f(z) > 0 on curves ``curve[R]`` at ``z[R or 1, N]`` -> two
+        ``[R, N]`` (UMDQN-KL squashes h with Phi, UMDQN-W uses it as the quantile function)."""
+        integral, slope = interpolate_integral(self.table.select(curve), z, derivative=True)
+        offset = self.offset.index_select(0, curve).unsqueeze(-1)
+        scale = self.log_scale.index_select(0, curve).unsqueeze(-1).exp()
+        return scale * integral + offset, scale * slope
+
+    def monotone_of_all(self, z: Tensor) -> Tensor:
+        """h(z) for every batch row and action at shared ``z[N]`` -> ``[B, A, N]``."""
+        integral = interpolate_integral(self.table, z.unsqueeze(0))  # [U * A, N]
+        distinct = self.log_scale.exp().unsqueeze(-1) * integral + self.offset.unsqueeze(-1)
+        return distinct.view(-1, self.n_actions, z.shape[-1]).index_select(0, self.inverse)
+
     def cdf_of_rows(self, action: Tensor, z: Tensor) -> Tensor:
         """F(z | s_i, a_i) for every batch row i -> ``[B, N]``."""
         return self.cdf(self.inverse * self.n_actions + action, z)
@@ -360,6 +390,24 @@ class StateCurves(NamedTuple):
         integral = interpolate_integral(self.table, z.unsqueeze(0))  # [U * A, N]
         distinct = umnn_cdf(integral, self.offset.unsqueeze(-1), self.log_scale.unsqueeze(-1))
         return distinct.view(-1, self.n_actions, z.shape[-1]).index_select(0, self.inverse)
+
+
+def umnn_state_curves(
+    network: CDFNetwork, obs: Tensor, lattice: Lattice, rule: str
+) -> StateCurves:
+    """Integrate the integrand once per distinct state of ``obs`` on ``lattice``."""
+    distinct, inverse = distinct_rows(obs)
+    embedding = network.embedding(distinct)
+    offset, log_scale = network.condition(embedding)
+    values = network.integrand_on_lattice(embedding, lattice.nodes(embedding))
+    table = integral_table(values.flatten(0, 1), lattice, rule)
+    return StateCurves(
+        table,
+        _full_precision(offset).flatten(),
+        _full_precision(log_scale).flatten(),
+        inverse,
+        offset.shape[-1],
+    )
 
 
 def distinct_rows(obs: Tensor) -> tuple[Tensor, Tensor]:
@@ -407,18 +455,7 @@ class UMDQNC(Agent):
             config.integration_step,
             even=config.integration_rule == "simpson",
         )
-        distinct, inverse = distinct_rows(obs)
-        embedding = self.network.embedding(distinct)
-        offset, log_scale = self.network.condition(embedding)
-        values = self.network.integrand_on_lattice(embedding, lattice.nodes(embedding))
-        table = integral_table(values.flatten(0, 1), lattice, config.integration_rule)
-        return StateCurves(
-            table,
-            _full_precision(offset).flatten(),
-            _full_precision(log_scale).flatten(),
-            inverse,
-            self.problem.n_actions,
-        )
+        return umnn_state_curves(self.network, obs, lattice, config.integration_rule)
 
     def cdf(self, obs: Tensor, z: Tensor) -> Tensor:
         """F(z | s, a) for every state of ``obs[B, obs_dim]``, every action and every return of

@@ -7,7 +7,9 @@ this package) and one file in ``conf/risk/``; its keyword parameters are the con
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -24,19 +26,27 @@ RiskMeasure = Callable[..., Tensor]
 RISK_MEASURES: dict[str, RiskMeasure] = {}
 
 
-def risk_measure(name: str) -> Callable[[RiskMeasure], RiskMeasure]:
-    """Register ``fn(dist, **params) -> Tensor`` under ``name`` (the ``risk=`` option)."""
+def risk_measure(
+    name: str, fraction_map: Callable[..., Tensor] | None = None
+) -> Callable[[RiskMeasure], RiskMeasure]:
+    """Register ``fn(dist, **params) -> Tensor`` under ``name`` (the ``risk=`` option).
+
+    ``fraction_map(tau, **params)``, for a distortion risk measure only: the map beta of
+    R[Z] = E_{tau ~ U(0, 1)}[VaR_beta(tau)[Z]] (Dabney et al., 2018), which lets an agent with
+    a quantile function (IQN) evaluate the measure natively by sampling distorted fractions.
+    """
 
     def register(fn: RiskMeasure) -> RiskMeasure:
         if name in RISK_MEASURES:
             raise ValueError(f"risk measure {name!r} is registered twice")
+        fn.fraction_map = fraction_map  # type: ignore[attr-defined]
         RISK_MEASURES[name] = fn
         return fn
 
     return register
 
 
-@risk_measure("expectation")
+@risk_measure("expectation", fraction_map=lambda tau: tau)
 def expectation(dist: ReturnDistribution) -> Tensor:
     """E[Z]."""
     return (dist.values * dist.probs).sum(-1)
@@ -46,7 +56,7 @@ def _check_level(rho: float) -> None:
     """A risk level must lie in (0, 1]: outside it VaR and CVaR are silently meaningless
     (rho = 0 divides by zero, rho > 1 rescales the mean)."""
     if not 0.0 < float(rho) <= 1.0:
-        raise ValueError(f"risk level rho must lie in (0, 1], got {rho!r}")
+        raise ValueError(f"risk.rho: the risk level must lie in (0, 1], got {rho!r}")
 
 
 def _lower_cumulative(dist: ReturnDistribution) -> tuple[Tensor, Tensor]:
@@ -56,7 +66,7 @@ def _lower_cumulative(dist: ReturnDistribution) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
-@risk_measure("var")
+@risk_measure("var", fraction_map=lambda tau, rho: torch.full_like(tau, rho))
 def value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
     """VaR_rho[Z] = inf {z : F(z) >= rho}, the lower rho-quantile (paper, section 3.2)."""
     _check_level(rho)
@@ -68,7 +78,7 @@ def value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
     return dist.values.gather(-1, index).squeeze(-1)
 
 
-@risk_measure("cvar")
+@risk_measure("cvar", fraction_map=lambda tau, rho: rho * tau)
 def conditional_value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
     """CVaR_rho[Z] = (1 / rho) * integral_0^rho VaR_u[Z] du, the mean of the worst rho tail.
 
@@ -83,10 +93,152 @@ def conditional_value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
 
 def distortion_risk(dist: ReturnDistribution, distortion: Callable[[Tensor], Tensor]) -> Tensor:
     """integral of VaR_u[Z] d g(u) for a distortion g: [0, 1] -> [0, 1], non-decreasing,
-    g(0) = 0, g(1) = 1. E is g(u) = u; CVaR_rho is g(u) = min(u / rho, 1)."""
-    lower, upper = _lower_cumulative(dist)
-    weights = distortion(upper) - distortion(lower)
-    return (dist.values * weights).sum(-1)
+    g(0) = 0, g(1) = 1. E is g(u) = u; CVaR_rho is g(u) = min(u / rho, 1).
+
+    g is evaluated once per atom: P(Z < v_k) is P(Z <= v_{k-1}), so g of the lower cumulative
+    sums is g of the upper ones shifted by one (which matters for a g without closed form)."""
+    upper = dist.cumulative
+    g_upper = distortion(upper)
+    g_lower = torch.cat([distortion(torch.zeros_like(upper[..., :1])), g_upper[..., :-1]], -1)
+    return (dist.values * (g_upper - g_lower)).sum(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Distortion risk measures, in the convention of Dabney et al. (2018, IQN): R[Z] is the mean of
+# the quantile function at distorted fractions, E_{tau ~ U(0, 1)}[VaR_beta(tau)[Z]], for an
+# increasing map beta of [0, 1] onto itself. beta below the identity weights the low returns
+# more (risk-averse). As an integral over levels this is integral VaR_u d g(u) with the
+# distortion g = beta^-1 (the CDF of beta(tau)), which :func:`distortion_risk` evaluates on
+# any distribution of the common form.
+
+
+def _check_finite(key: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"risk.{key}: must be a finite number, got {value!r}")
+
+
+def wang_fractions(tau: Tensor, eta: float) -> Tensor:
+    """beta(tau) = Phi(Phi^-1(tau) + eta) (Wang, 2000): eta < 0 risk-averse, eta > 0 seeking."""
+    return torch.special.ndtr(torch.special.ndtri(tau) + eta)
+
+
+@risk_measure("wang", fraction_map=wang_fractions)
+def wang(dist: ReturnDistribution, eta: float) -> Tensor:
+    """Wang's transform: E[Z] at fractions Phi(Phi^-1(tau) + eta). For a Gaussian N(mu, sigma)
+    it is mu + eta * sigma; eta < 0 is risk-averse, eta = 0 the expectation."""
+    _check_finite("eta", eta)
+    # g = beta^-1: Phi(Phi^-1(u) - eta).
+    return distortion_risk(dist, lambda u: torch.special.ndtr(torch.special.ndtri(u) - eta))
+
+
+def power_fractions(tau: Tensor, eta: float) -> Tensor:
+    """beta(tau) = tau^(1 / (1 + |eta|)) if eta >= 0, else 1 - (1 - tau)^(1 / (1 + |eta|))
+    (Dabney et al., 2018): eta < 0 risk-averse, eta > 0 risk-seeking."""
+    exponent = 1.0 / (1.0 + abs(eta))
+    if eta >= 0:
+        return tau.pow(exponent)
+    return 1.0 - (1.0 - tau).pow(exponent)
+
+
+@risk_measure("power", fraction_map=power_fractions)
+def power(dist: ReturnDistribution, eta: float) -> Tensor:
+    """The power distortion of Dabney et al. (2018): E[Z] at fractions ``power_fractions``.
+    eta < 0 is risk-averse (the low fractions are oversampled), eta = 0 the expectation."""
+    _check_finite("eta", eta)
+    exponent = 1.0 + abs(eta)  # g = beta^-1
+    if eta >= 0:
+        return distortion_risk(dist, lambda u: u.pow(exponent))
+    return distortion_risk(dist, lambda u: 1.0 - (1.0 - u).pow(exponent))
+
+
+# Below this the CPW weighting is not monotone (Ingersoll, 2008), so it is not a distortion.
+CPW_MIN_ETA = 0.28
+
+
+def cpw_fractions(tau: Tensor, eta: float) -> Tensor:
+    """beta(tau) = tau^eta / (tau^eta + (1 - tau)^eta)^(1 / eta), the cumulative probability
+    weighting of Tversky & Kahneman (1992), in log space (exact at 0 and 1)."""
+    a, b = eta * tau.log(), eta * (1.0 - tau).log()  # log tau^eta, log (1 - tau)^eta
+    top = torch.maximum(a, b)  # a log-sum-exp by hand: faster than logaddexp on the CPU
+    log_sum = top + ((a - top).exp() + (b - top).exp()).log()
+    return torch.exp(a - log_sum / eta)
+
+
+@functools.lru_cache(maxsize=16)
+def _cpw_table(eta: float, size: int = 2**14 + 1) -> tuple[Tensor, Tensor]:
+    """beta on a grid of tau (float64, CPU) to invert by table look-up; the grid is dense
+    near 0 and 1 (tau = (1 - cos(pi x)) / 2, x evenly spaced), where beta is steepest."""
+    x = torch.linspace(0.0, 1.0, size, dtype=torch.float64)
+    tau = 0.5 * (1.0 - torch.cos(math.pi * x))
+    tau[0], tau[-1] = 0.0, 1.0
+    return tau, cpw_fractions(tau, eta)
+
+
+def cpw_distortion(u: Tensor, eta: float) -> Tensor:
+    """g = beta^-1 of the CPW fraction map at levels ``u``: the bracketing cell of a table of
+    beta, linear inside it, then one secant step against beta itself (error below 1e-8 for
+    eta >= 0.28, tests/test_risk_measures.py). No gradient (only weights come out of it)."""
+    tau, beta = (t.to(u.device) for t in _cpw_table(float(eta)))
+    work = u.detach().double()
+    index = torch.searchsorted(beta, work, right=True).clamp_(1, tau.numel() - 1)
+    low, high = tau[index - 1], tau[index]
+    f_low, f_high = beta[index - 1], beta[index]
+    share = ((work - f_low) / (f_high - f_low).clamp_min(1e-300)).clamp_(0.0, 1.0)
+    guess = low + share * (high - low)
+    f_guess = cpw_fractions(guess, eta)
+    # Secant from the guess to the bracket end on the other side of the level.
+    above = f_guess > work
+    other, f_other = torch.where(above, low, high), torch.where(above, f_low, f_high)
+    step = (work - f_guess) / (f_other - f_guess).where(f_other != f_guess, torch.ones_like(work))
+    refined = guess + step.clamp_(0.0, 1.0) * (other - guess)
+    return refined.where(f_other != f_guess, guess).to(u.dtype)
+
+
+@risk_measure("cpw", fraction_map=cpw_fractions)
+def cpw(dist: ReturnDistribution, eta: float) -> Tensor:
+    """Cumulative probability weighting: E[Z] at fractions ``cpw_fractions`` (Dabney et al.
+    use eta = 0.71). It overweights both tails; eta = 1 is the expectation."""
+    _check_finite("eta", eta)
+    if eta < CPW_MIN_ETA:
+        raise ValueError(
+            f"risk.eta: must be at least {CPW_MIN_ETA} (below, the weighting is not monotone), "
+            f"got {eta!r}"
+        )
+    # g carries no gradient: gradients flow through the values, not through the
+    # probabilities (acting and target actions need none).
+    return distortion_risk(dist, lambda u: cpw_distortion(u, eta))
+
+
+# --------------------------------------------------------------------------------------------
+# Moment and utility-based measures (not distortions).
+
+
+@risk_measure("mean_variance")
+def mean_variance(dist: ReturnDistribution, lam: float) -> Tensor:
+    """E[Z] - lam * Var[Z] (Markowitz): lam > 0 penalises the spread of the return."""
+    _check_finite("lam", lam)
+    mean = expectation(dist)
+    variance = (dist.probs * (dist.values - mean.unsqueeze(-1)).square()).sum(-1)
+    return mean - lam * variance
+
+
+@risk_measure("entropic")
+def entropic(dist: ReturnDistribution, beta: float) -> Tensor:
+    """-1/beta log E[exp(-beta Z)], the certainty equivalent of an exponential utility: beta > 0
+    risk-averse, beta < 0 risk-seeking. For a Gaussian N(mu, sigma): mu - beta sigma^2 / 2.
+    Evaluated as a log-sum-exp, so large |beta Z| does not overflow."""
+    _check_finite("beta", beta)
+    if beta == 0:
+        raise ValueError(
+            "risk.beta: must be non-zero (beta > 0 risk-averse, < 0 risk-seeking; the limit "
+            "beta -> 0 is risk=expectation), got 0"
+        )
+    exponent = -beta * dist.values
+    # Shift by the largest exponent among atoms with mass (zero-mass atoms may lie anywhere);
+    # the clamp only touches zero-mass atoms, whose terms are 0 either way (no 0 * inf).
+    shift = exponent.masked_fill(dist.probs <= 0, -math.inf).amax(-1, keepdim=True).detach()
+    mean = (dist.probs * (exponent - shift).clamp(max=0.0).exp()).sum(-1)
+    return -(mean.log() + shift.squeeze(-1)) / beta
 
 
 @dataclass(frozen=True)
@@ -113,9 +265,28 @@ class Utility:
                 f"risk={self.risk!r} takes no parameter {', '.join(sorted(unknown))}; "
                 f"allowed: {', '.join(sorted(allowed)) or '(none)'}"
             )
+        if self.alpha < 1.0:  # the measure is used: check its parameters now, not mid-run
+            missing = allowed - set(self.params)
+            if missing:
+                raise ValueError(
+                    f"risk={self.risk!r} needs parameter {', '.join(sorted(missing))}"
+                )
+            # Each measure checks its own parameters (ValueError "risk.<key>: ..."): one
+            # evaluation on a two-atom law runs those checks.
+            probe = ReturnDistribution(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 0.5]))
+            self.risk_value(probe)
 
     def risk_value(self, dist: ReturnDistribution) -> Tensor:
         return RISK_MEASURES[self.risk](dist, **self.params)
+
+    def fraction_map(self) -> Callable[[Tensor], Tensor] | None:
+        """beta with R[Z] = E_{tau ~ U(0, 1)}[VaR_beta(tau)[Z]] if the risk measure is a
+        distortion (VaR, CVaR, Wang, CPW, power, E), else None: what an agent with a quantile
+        function needs to evaluate the measure natively (IQN's ``risk_route: native``)."""
+        beta = getattr(RISK_MEASURES[self.risk], "fraction_map", None)
+        if beta is None:
+            return None
+        return functools.partial(beta, **self.params)
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
         if dist.values.shape[-1] == 1:
@@ -130,3 +301,13 @@ class Utility:
     def greedy(self, dist: ReturnDistribution) -> Tensor:
         """argmax_a U[Z(s, a)] for a ``[B, A, K]`` distribution -> actions ``[B]``."""
         return self(dist).argmax(-1)
+
+
+def utility_of(choose_action: Callable) -> Utility | None:
+    """The :class:`Utility` behind a ``choose_action`` callable (``utility.greedy``), if any.
+
+    The training loop hands agents ``utility.greedy``; an agent that can evaluate a distortion
+    natively (IQN) reads the utility from it, and treats any other callable as opaque.
+    """
+    owner = getattr(choose_action, "__self__", None)
+    return owner if isinstance(owner, Utility) else None

@@ -1,0 +1,220 @@
+"""IQN (Dabney et al., 2018b): a quantile function of the return, Z_tau(s, a) for any tau.
+
+Network: a state embedding psi(s) (the MLP ``hidden_sizes``, as DQN's torso), a cosine
+embedding of the fraction phi(tau)_j = ReLU(sum_{i < 64} cos(pi i tau) w_ij + b_j) of the same
+width, their elementwise product, and a head to one value per action:
+Z_tau(s, a) = f(psi(s) * phi(tau))_a. The head is linear by default (``head_hidden_sizes: []``):
+the torso runs once per state and only phi and the head once per (state, fraction) pair,
+which keeps a 32 + 64-fraction update within a small multiple of a DQN update; the IQN
+paper's Atari network has one hidden layer there (``head_hidden_sizes: [512]``).
+
+Acting (and the target action): K = 32 fractions tau_k ~ U(0, 1); the distribution handed to
+the utility is the K values Z_tau_k(s, a), equally weighted and sorted (:func:`from_quantiles`).
+Learning: N = 32 fractions per transition for Z(s, a), N' = 32 fresh ones for the target
+r + gamma Z_tau'_j(s', a*) with a* the utility-greedy action of the TARGET network on its own
+K fractions at s', and the quantile Huber loss (kappa = 1) of QR-DQN (computed exactly in
+O(N log N'), :func:`rs_lightning.agents.qr_dqn.quantile_huber_loss`).
+
+Sampling. The N fractions of the trained Z(s, a) are drawn per transition, as in the paper.
+The fractions of acting and of the target network (the K for the action, the N' for the
+target values) are drawn once per call and shared by its states: each state's estimate is
+still an unbiased sample, and the fraction embedding then runs for K + N' fractions instead of
+B (K + N') (the update stays within a small multiple of a DQN update; see benchmarks/).
+
+``risk_route``: how a distortion risk measure (VaR, CVaR, Wang, CPW, power) enters the utility.
+
+- ``common`` (default): like every agent, the K sampled values go to the risk module, which
+  evaluates the measure on that empirical distribution;
+- ``native``: IQN evaluates the measure itself, the IQN-paper way: R = mean_k Z_beta(tau_k)
+  with tau_k ~ U(0, 1) and beta the measure's fraction map (``Utility.fraction_map``), next to
+  E = mean_k Z_tau_k, so U = alpha E + (1 - alpha) R. Both routes estimate the same
+  integral of the quantile function; the native one spends its K samples where the measure
+  puts its weight (all of them at tau = rho for VaR). A measure that is not a distortion
+  (mean-variance, entropic), or a ``choose_action`` that is not a utility's, takes the common
+  route.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List
+
+import torch
+from omegaconf import MISSING
+from torch import Tensor, nn
+
+from rs_lightning.agents.base import (
+    Agent,
+    AgentConfig,
+    ChooseAction,
+    Problem,
+    Transitions,
+    mlp,
+    register_agent,
+)
+from rs_lightning.agents.qr_dqn import check_kappa, quantile_huber_loss
+from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
+
+RISK_ROUTES = ("common", "native")
+
+
+@dataclass
+class IQNConfig(AgentConfig):
+    """IQN settings (values in ``conf/agent/iqn.yaml``). ``hidden_sizes``: the state embedding
+    psi(s), obs_dim -> hidden_sizes (ReLU); the cosine embedding has the last one's width."""
+
+    head_hidden_sizes: List[int] = MISSING  # psi * phi -> head_hidden_sizes (ReLU) -> n_actions
+    n_cosines: int = MISSING  # cosine features of tau
+    n_fractions: int = MISSING  # N: fractions of Z(s, a) in the loss
+    n_target_fractions: int = MISSING  # N': fractions of the target
+    n_acting_fractions: int = MISSING  # K: fractions of the distribution handed to the utility
+    kappa: float = MISSING  # Huber threshold of the quantile loss
+    risk_route: str = MISSING  # common | native (module docstring)
+
+    def check(self) -> None:
+        super().check()
+        if any(h <= 0 for h in self.head_hidden_sizes):
+            raise ValueError(
+                f"agent.head_hidden_sizes: must be a list of positive sizes, got "
+                f"{list(self.head_hidden_sizes)}"
+            )
+        for key in ("n_cosines", "n_fractions", "n_target_fractions", "n_acting_fractions"):
+            value = getattr(self, key)
+            if value < 1:
+                raise ValueError(f"agent.{key}: must be a positive integer, got {value}")
+        check_kappa(self.kappa)
+        if self.risk_route not in RISK_ROUTES:
+            raise ValueError(
+                f"agent.risk_route: must be one of {', '.join(RISK_ROUTES)}, "
+                f"got {self.risk_route!r}"
+            )
+
+
+@register_agent("iqn", IQNConfig)
+class IQN(Agent):
+    """Implicit quantile network with the utility-greedy target action (module docstring)."""
+
+    config: IQNConfig
+
+    def __init__(self, config: IQNConfig, problem: Problem) -> None:
+        config.check()
+        super().__init__(config, problem)
+        width = config.hidden_sizes[-1]
+        self.state_embedding = mlp([problem.obs_dim, *config.hidden_sizes], activate_last=True)
+        self.fraction_embedding = nn.Linear(config.n_cosines, width)
+        self.head = mlp([width, *config.head_hidden_sizes, problem.n_actions])
+        self.register_buffer(
+            "frequencies", math.pi * torch.arange(config.n_cosines, dtype=torch.float32),
+            persistent=False,
+        )
+
+    # -- the quantile function ------------------------------------------------------------------
+
+    def quantiles(self, obs: Tensor, fractions: Tensor) -> Tensor:
+        """Z_tau(s, a) for every state of ``obs[B, D]``, every action and every fraction of
+        ``fractions[B, T]`` (a row of fractions per state) or ``fractions[1, T]`` (the same
+        fractions for every state) -> ``[B, A, T]``."""
+        psi = self.state_embedding(obs)  # [B, H]
+        cosines = torch.cos(fractions.unsqueeze(-1) * self.frequencies.to(fractions.dtype))
+        phi = self.fraction_embedding(cosines.to(psi.dtype)).relu_()  # [B or 1, T, H]
+        if len(self.head) > 1:
+            return self.head(psi.unsqueeze(1) * phi).transpose(1, 2)  # [B, T, A] -> [B, A, T]
+        # A linear head: Z[b, a, t] = sum_h (psi[b, h] W[a, h]) phi[b, t, h] + c_a, one
+        # matrix product straight into the [B, A, T] layout, without the [B, T, H] product.
+        head = self.head[0]
+        mixed = psi.unsqueeze(1) * head.weight  # [B, A, H]
+        bias = head.bias.view(1, -1, 1)
+        if phi.shape[0] == 1 and psi.shape[0] > 1:  # shared fractions: one plain product
+            rows = bias.view(-1, 1).repeat(psi.shape[0], 1)  # [B * A, 1]
+            values = torch.addmm(rows, mixed.flatten(0, 1), phi[0].T)  # [B * A, T]
+            return values.view(psi.shape[0], -1, phi.shape[1])
+        return torch.baddbmm(bias, mixed, phi.transpose(1, 2))
+
+    def sample_fractions(self, batch: int, n: int, like: Tensor) -> Tensor:
+        """``[batch, n]`` fractions tau ~ U(0, 1)."""
+        return torch.rand(batch, n, device=like.device)
+
+    def distribution(self, quantiles: Tensor) -> ReturnDistribution:
+        """The common form: the sampled quantile values, equally weighted (sorted)."""
+        return from_quantiles(quantiles)
+
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        """K sampled quantile values per action -> ``[B, A, K]``. The states of one call share
+        their K fractions (each state's decision compares its actions on common fractions
+        anyway), so the fraction embedding runs K times, not B * K times."""
+        fractions = self.sample_fractions(1, self.config.n_acting_fractions, obs)
+        return self.distribution(self.quantiles(obs, fractions))
+
+    # -- the native risk route ----------------------------------------------------------------
+
+    def native_utility(self, choose_action: ChooseAction) -> Utility | None:
+        """The utility to evaluate natively, or None for the common route."""
+        if self.config.risk_route != "native":
+            return None
+        utility = utility_of(choose_action)
+        if utility is None or (utility.alpha < 1.0 and utility.fraction_map() is None):
+            return None
+        return utility
+
+    def native_fractions(self, utility: Utility, batch: int, like: Tensor) -> Tensor:
+        """K fractions tau_k ~ U(0, 1) for E, then K distorted ones beta(tau'_k) for R (only the
+        parts the utility's weights use) -> ``[B, T]``."""
+        k = self.config.n_acting_fractions
+        parts = []
+        if utility.alpha > 0.0:
+            parts.append(self.sample_fractions(batch, k, like))
+        if utility.alpha < 1.0:
+            parts.append(utility.fraction_map()(self.sample_fractions(batch, k, like)))
+        return torch.cat(parts, dim=-1)
+
+    def native_values(self, utility: Utility, quantiles: Tensor) -> Tensor:
+        """U(s, a) from the values at :meth:`native_fractions` -> ``[B, A]``."""
+        if utility.alpha in (0.0, 1.0):  # one part only: E, or R
+            return quantiles.mean(-1)
+        k = self.config.n_acting_fractions
+        mean, risk = quantiles[..., :k].mean(-1), quantiles[..., k:].mean(-1)
+        return utility.alpha * mean + (1.0 - utility.alpha) * risk
+
+    @torch.no_grad()
+    def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
+        utility = self.native_utility(choose_action)
+        if utility is None:
+            return choose_action(self.return_distribution(obs))
+        fractions = self.native_fractions(utility, 1, obs)
+        return self.native_values(utility, self.quantiles(obs, fractions)).argmax(-1)
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def loss(
+        self, batch: Transitions, target: Agent, choose_action: ChooseAction
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        config, size = self.config, batch.obs.shape[0]
+        with torch.no_grad():
+            # One pass of the target network: N' fractions for the target values, then the
+            # fractions that choose the target action, shared by the batch's next states
+            # (as in acting). The online pass below draws its own N fractions per transition.
+            utility = self.native_utility(choose_action)
+            target_fractions = self.sample_fractions(1, config.n_target_fractions, batch.obs)
+            if utility is None:
+                acting = self.sample_fractions(1, config.n_acting_fractions, batch.obs)
+            else:
+                acting = self.native_fractions(utility, 1, batch.obs)
+            next_quantiles = target.quantiles(  # type: ignore[attr-defined]
+                batch.next_obs, torch.cat([target_fractions, acting], dim=-1)
+            )
+            n_target = config.n_target_fractions
+            if utility is None:
+                next_action = choose_action(self.distribution(next_quantiles[..., n_target:]))
+            else:
+                next_action = self.native_values(utility, next_quantiles[..., n_target:]).argmax(-1)
+            index = next_action.view(-1, 1, 1).expand(-1, 1, n_target)
+            next_values = next_quantiles[..., :n_target].gather(1, index).squeeze(1)  # [B, N']
+            discount = self.problem.gamma * (1.0 - batch.terminated)
+            targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
+        fractions = self.sample_fractions(size, config.n_fractions, batch.obs)  # per transition
+        quantiles = self.quantiles(batch.obs, fractions)  # [B, A, N]
+        index = batch.action.view(-1, 1, 1).expand(-1, 1, config.n_fractions)
+        chosen = quantiles.gather(1, index).squeeze(1)  # [B, N]
+        loss = quantile_huber_loss(chosen, fractions, targets, config.kappa).mean()
+        return loss, {"return_mean": chosen.detach().mean()}
