@@ -66,11 +66,20 @@ class Problem:
     return_min: float
     return_max: float
 
+    def check_return_support(self) -> None:
+        """For agents whose representation lives on [return_min, return_max]."""
+        if not self.return_max > self.return_min:
+            raise ValueError(
+                f"problem: return_max must exceed return_min, got "
+                f"[{self.return_min}, {self.return_max}]"
+            )
+
 
 class Agent(nn.Module, ABC):
     """A distributional value network and its loss."""
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
+        config.check()
         super().__init__()
         self.config = config
         self.problem = problem

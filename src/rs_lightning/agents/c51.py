@@ -67,13 +67,8 @@ class C51(Agent):
     config: C51Config
 
     def __init__(self, config: C51Config, problem: Problem) -> None:
-        config.check()
         super().__init__(config, problem)
-        if not problem.return_max > problem.return_min:
-            raise ValueError(
-                f"problem: return_max must exceed return_min, got "
-                f"[{problem.return_min}, {problem.return_max}]"
-            )
+        problem.check_return_support()
         n_outputs = problem.n_actions * config.n_atoms
         self.network = mlp([problem.obs_dim, *config.hidden_sizes, n_outputs])
         atoms = torch.linspace(problem.return_min, problem.return_max, config.n_atoms)

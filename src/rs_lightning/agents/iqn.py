@@ -98,7 +98,6 @@ class IQN(Agent):
     config: IQNConfig
 
     def __init__(self, config: IQNConfig, problem: Problem) -> None:
-        config.check()
         super().__init__(config, problem)
         width = config.hidden_sizes[-1]
         self.state_embedding = mlp([problem.obs_dim, *config.hidden_sizes], activate_last=True)

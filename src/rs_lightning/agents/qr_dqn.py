@@ -143,7 +143,6 @@ class QRDQN(Agent):
     config: QRDQNConfig
 
     def __init__(self, config: QRDQNConfig, problem: Problem) -> None:
-        config.check()
         super().__init__(config, problem)
         n = config.n_quantiles
         self.network = mlp([problem.obs_dim, *config.hidden_sizes, problem.n_actions * n])

@@ -102,13 +102,8 @@ class UMDQNKL(Agent):
     config: UMDQNKLConfig
 
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
-        config.check()
         super().__init__(config, problem)
-        if not problem.return_max > problem.return_min:
-            raise ValueError(
-                f"problem: return_max must exceed return_min, got "
-                f"[{problem.return_min}, {problem.return_max}]"
-            )
+        problem.check_return_support()
         self.network = CDFNetwork(problem, config)
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)

@@ -86,7 +86,6 @@ class UMDQNW(Agent):
     config: UMDQNWConfig
 
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
-        config.check()
         super().__init__(config, problem)
         self.network = CDFNetwork(problem, config)
         half = 0.5 * config.fraction_scale
