@@ -72,3 +72,20 @@ def test_evaluation_episodes_of_different_seeds_are_independent():
     first, second = episode_seeds(0, 10_000), episode_seeds(1, 10_000)
     assert len(set(first) & set(second)) < 5  # 32-bit seeds: chance collisions only
     assert (episode_seeds(0, 100) == first[:100]).all()  # periodic evals reuse a prefix
+
+
+def test_a_run_recorded_before_newer_keys_still_loads(quick_run, tmp_path):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    old = tmp_path / "old_run"
+    shutil.copytree(quick_run, old)
+    config = OmegaConf.load(old / "config.yaml")
+    del config.learning["on_non_finite"]
+    del config["fault_injection"]
+    config.logger.pop("online_timeout", None)
+    OmegaConf.save(config, old / "config.yaml")
+    run = load_run(old)
+    assert run.settings.train.learning.on_non_finite == "stop"
+    assert run.settings.train.learning.lr == config.learning.lr  # recorded values kept

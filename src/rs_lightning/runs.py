@@ -22,6 +22,28 @@ class TrainedRun:
     env_steps: int
 
 
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# Sections whose keys are the same for every choice of agent, risk and env: a run recorded by
+# an earlier version may lack keys added since, which take today's defaults.
+_SHARED_SECTIONS = ("learning", "evaluation", "fault_injection")
+
+
+def with_current_defaults(cfg):
+    """A run's recorded config with the keys added since it ran filled in from ``conf/``
+    (never changing a value the run recorded). Runs outside a source checkout are returned
+    as they are."""
+    train_yaml = CONF_DIR / "train.yaml"
+    if not train_yaml.is_file():
+        return cfg
+    current = OmegaConf.load(train_yaml)
+    base = OmegaConf.create({k: current[k] for k in _SHARED_SECTIONS if k in current})
+    backend = OmegaConf.select(cfg, "logger.backend")
+    logger_yaml = CONF_DIR / "logger" / f"{backend}.yaml"
+    if backend and logger_yaml.is_file():
+        base.logger = OmegaConf.load(logger_yaml)
+    return OmegaConf.merge(base, cfg)
+
+
 def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> TrainedRun:
     """Rebuild a run's module from its ``config.yaml`` and load its checkpoint."""
     from rs_lightning.train import build
@@ -30,7 +52,7 @@ def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> Traine
     for needed in ("config.yaml", checkpoint):
         if not (run_dir / needed).is_file():
             raise FileNotFoundError(f"{run_dir / needed} not found: is this a run folder?")
-    settings = validate(OmegaConf.load(run_dir / "config.yaml"))
+    settings = validate(with_current_defaults(OmegaConf.load(run_dir / "config.yaml")))
     _, module = build(settings)
     state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
     module.load_state_dict(state["state_dict"])
