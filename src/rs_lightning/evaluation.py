@@ -23,7 +23,7 @@ import torch
 
 from rs_lightning.envs.factory import make_env
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import exact_policy_metrics
+from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -199,9 +199,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
 
 def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
-    cells = [(x, y) for x in range(size) for y in range(size)]
-    actions = policy(torch.tensor(cells, dtype=torch.float32)).cpu().tolist()
-    return {f"{x},{y}": int(a) for (x, y), a in zip(cells, actions)}
+    return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,16 +45,19 @@ class QRDQNConfig(AgentConfig):
 
     def check(self) -> None:
         super().check()
-        if self.n_quantiles < 1:
-            raise ValueError(
-                f"agent.n_quantiles: must be a positive integer, got {self.n_quantiles}"
-            )
-        check_kappa(self.kappa)
+        check_quantile_loss(self.n_quantiles, self.kappa)
 
 
 def check_kappa(kappa: float) -> None:
     if not kappa > 0:
         raise ValueError(f"agent.kappa: must be a positive float, got {kappa}")
+
+
+def check_quantile_loss(n_quantiles: int, kappa: float) -> None:
+    """The settings of a fixed set of quantiles fitted by the quantile Huber loss."""
+    if n_quantiles < 1:
+        raise ValueError(f"agent.n_quantiles: must be a positive integer, got {n_quantiles}")
+    check_kappa(kappa)
 
 
 def midpoint_fractions(n: int, like: Tensor | None = None) -> Tensor:

@@ -41,7 +41,7 @@ from omegaconf import MISSING
 from torch import Tensor
 
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
-from rs_lightning.agents.qr_dqn import check_kappa, midpoint_fractions, quantile_huber_loss
+from rs_lightning.agents.qr_dqn import check_quantile_loss, midpoint_fractions, quantile_huber_loss
 from rs_lightning.agents.umdqn_c import (
     CDFNetwork,
     StateCurves,
@@ -63,11 +63,7 @@ class UMDQNWConfig(UMNNConfig):
 
     def check(self) -> None:
         super().check()
-        if self.n_quantiles < 1:
-            raise ValueError(
-                f"agent.n_quantiles: must be a positive integer, got {self.n_quantiles}"
-            )
-        check_kappa(self.kappa)
+        check_quantile_loss(self.n_quantiles, self.kappa)
         if not self.fraction_scale > 0:
             raise ValueError(
                 f"agent.fraction_scale: must be a positive float, got {self.fraction_scale}"
