@@ -11,13 +11,22 @@ the difference in steps, so start-up costs cancel. Cases:
 
 - ``plain_dqn``: DQN written as a plain PyTorch loop (same environment, network, replay,
   fused Adam and clipping): the floor for what the framework adds;
-- ``lightning_<agent>``: this project's Trainer + LightningModule + env datamodule.
+- ``lightning_<agent>``: this project's Trainer + LightningModule + env datamodule;
+- ``stacked8_<agent>``: ``parallel_seeds=8``, eight seeds side by side in one process (one
+  step = one step of each of the 8 seeds); its throughput is compared with 8 sequential runs,
+  i.e. 8 x the ``lightning_<agent>`` step;
+- ``compiled_<agent>``: ``hardware.compile=true`` (torch.compile of the loss and of the
+  return distribution; compile time cancels in the difference of the two runs);
+- ``flops``: the FLOPs of one RS-UMDQN-C update (torch's FlopCounterMode: matrix products),
+  its FLOP/s alone and with 8 stacked members, and the FLOP/s of a 1024 x 1024 float32
+  matrix product on this machine (the practical ceiling).
 
 Every registered agent is a case; the table prints each one's step time as a ratio to
 Lightning DQN's in the same run.
 
-Targets (issues 3, 4 and 6): Lightning DQN <= 1.3x plain DQN; RS-UMDQN-C <= 15x Lightning DQN;
-C51, QR-DQN and IQN <= 3x Lightning DQN; peak memory of an RS-UMDQN-C run under 1 GB.
+Targets (issues 3, 4, 6 and 7): Lightning DQN <= 1.3x plain DQN; RS-UMDQN-C <= 15x Lightning
+DQN; C51, QR-DQN and IQN <= 3x Lightning DQN; peak memory of an RS-UMDQN-C run under 1 GB;
+8 stacked seeds >= 5x the throughput of 8 sequential runs for DQN and >= 3x for RS-UMDQN-C.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT, LONG = 300, 2300
+MEMBERS = 8  # seeds side by side in the parallel_seeds cases
 EPSILON = 0.05
 TARGETS = {
     ("lightning_dqn", "plain_dqn"): 1.3,
@@ -43,9 +53,11 @@ TARGETS = {
     ("lightning_qr_dqn", "lightning_dqn"): 3.0,
     ("lightning_iqn", "lightning_dqn"): 3.0,
 }
+# Throughput of 8 stacked seeds over 8 sequential runs: at least this much (issue 7).
+STACKED_TARGETS = {"dqn": 5.0, "rs_umdqn_c": 3.0}
 
 
-def _compose(agent: str, steps: int, threads: int):
+def _compose(agent: str, steps: int, threads: int, compiled: bool = False):
     from hydra import compose, initialize_config_dir
 
     overrides = [
@@ -58,12 +70,13 @@ def _compose(agent: str, steps: int, threads: int):
         f"learning.epsilon_start={EPSILON}",
         f"learning.epsilon_end={EPSILON}",
         f"hardware.torch_threads={threads}",
+        f"hardware.compile={str(compiled).lower()}",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="train", overrides=overrides)
 
 
-def time_lightning(agent: str, steps: int, threads: int) -> float:
+def time_lightning(agent: str, steps: int, threads: int, compiled: bool = False) -> float:
     """Seconds spent in trainer.fit for ``steps`` updates (after warm-up)."""
     import pytorch_lightning as pl
     import torch
@@ -73,9 +86,15 @@ def time_lightning(agent: str, steps: int, threads: int) -> float:
 
     _quiet_lightning()
     torch.set_num_threads(threads)
-    settings = validate(_compose(agent, steps, threads))
+    settings = validate(_compose(agent, steps, threads, compiled))
     pl.seed_everything(0, verbose=False)
     datamodule, module = build(settings)
+    return _fit_seconds(module, datamodule, steps)
+
+
+def _fit_seconds(module, datamodule, steps: int) -> float:
+    import pytorch_lightning as pl
+
     trainer = pl.Trainer(
         max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
@@ -84,6 +103,24 @@ def time_lightning(agent: str, steps: int, threads: int) -> float:
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     return time.perf_counter() - start
+
+
+def time_stacked(agent: str, steps: int, threads: int, members: int = 8) -> float:
+    """Seconds spent in trainer.fit for ``steps`` updates of ``members`` seeds side by side
+    (``parallel_seeds``: one stacked agent, ``members`` environments and replay memories)."""
+    import torch
+
+    from rs_lightning.schema import validate
+    from rs_lightning.stacked import build_stacked, member_seeds
+    from rs_lightning.train import _quiet_lightning
+
+    _quiet_lightning()
+    torch.set_num_threads(threads)
+    cfg = _compose(agent, steps, threads)
+    cfg.parallel_seeds = members
+    settings = validate(cfg)
+    datamodule, module = build_stacked(settings, member_seeds(0, members))
+    return _fit_seconds(module, datamodule, steps)
 
 
 def time_plain_dqn(steps: int, threads: int) -> float:
@@ -146,9 +183,81 @@ def time_plain_dqn(steps: int, threads: int) -> float:
     return time.perf_counter() - start
 
 
+def matmul_peak(threads: int, size: int = 1024, repeats: int = 20) -> float:
+    """FLOP/s of a large float32 matrix product on this machine (the practical ceiling)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def update_flops(agent: str, threads: int, members: int = 1, updates: int = 200) -> dict:
+    """FLOPs of one gradient update of ``agent`` (loss, backward, Adam; counted by torch's
+    FlopCounterMode: matrix products only) on a replay batch, and its FLOP/s."""
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from rs_lightning.schema import validate
+    from rs_lightning.stacked import build_stacked, member_seeds
+    from rs_lightning.train import build
+
+    torch.set_num_threads(threads)
+    cfg = _compose(agent, 1, threads)
+    cfg.parallel_seeds = members
+    settings = validate(cfg)
+    pl.seed_everything(0, verbose=False)
+    if members > 1:
+        datamodule, module = build_stacked(settings, member_seeds(0, members))
+    else:
+        datamodule, module = build(settings)
+    module.configure_optimizers()
+    optimizer = module.configure_optimizers()
+    stream = iter(datamodule.train_dataloader())
+    for _ in range(600):  # a replay memory with some history in it
+        batch = next(stream)
+    transitions = batch.transitions
+
+    def update() -> None:
+        losses, _ = module.agent.loss(transitions, module.target_agent, module.utility.greedy)
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        optimizer.step()
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        update()
+    for _ in range(10):
+        update()
+    start = time.perf_counter()
+    for _ in range(updates):
+        update()
+    seconds = (time.perf_counter() - start) / updates
+    flops = counter.get_total_flops()
+    return {"flops": flops, "seconds": seconds, "flop_per_s": flops / seconds}
+
+
 def worker(case: str, steps: int, threads: int) -> None:
+    if case == "flops":
+        result = {
+            "peak": matmul_peak(threads),
+            "single": update_flops("rs_umdqn_c", threads),
+            "stacked": update_flops("rs_umdqn_c", threads, MEMBERS),
+        }
+        print(json.dumps(result))
+        return
     if case == "plain_dqn":
         seconds = time_plain_dqn(steps, threads)
+    elif case.startswith("compiled_"):
+        seconds = time_lightning(case.removeprefix("compiled_"), steps, threads, compiled=True)
+    elif case.startswith(f"stacked{MEMBERS}_"):
+        seconds = time_stacked(case.removeprefix(f"stacked{MEMBERS}_"), steps, threads, MEMBERS)
     else:
         seconds = time_lightning(case.removeprefix("lightning_"), steps, threads)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -168,7 +277,9 @@ def available_cases() -> list[str]:
     sys.path.insert(0, str(ROOT / "src"))
     from rs_lightning.agents import AGENTS
 
-    return ["plain_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(AGENTS) - {"dqn"})]]
+    stacked = [f"stacked{MEMBERS}_{name}" for name in STACKED_TARGETS]
+    return (["plain_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(AGENTS) - {"dqn"})]]
+            + ["compiled_dqn"] + stacked + ["flops"])
 
 
 def main() -> None:
@@ -187,6 +298,10 @@ def main() -> None:
     cases = args.cases or available_cases()
     per_step: dict[str, float] = {}
     peak: dict[str, float] = {}
+    flops = None
+    if "flops" in cases:
+        cases = [case for case in cases if case != "flops"]
+        flops = measure("flops", 0, args.threads)
     for case in cases:
         samples = []
         for _ in range(args.repeats):
@@ -217,10 +332,32 @@ def main() -> None:
             verdict = "met" if ratio <= target else "MISSED"
             lines.append(f"| {a} / {b} | {ratio:.2f}x | <= {target}x ({verdict}) |")
     for case in cases:
+        single = "lightning_" + case.removeprefix("compiled_")
+        if case.startswith("compiled_") and single in per_step:
+            lines.append(f"| {case} / {single} (hardware.compile=true) | "
+                         f"{per_step[case] / per_step[single]:.2f}x | |")
+    for case in cases:
         if case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step:
             pair = (case, "lightning_dqn")
             if pair not in TARGETS:
                 lines.append(f"| {case} / lightning_dqn | {per_step[case] / per_step['lightning_dqn']:.2f}x | |")
+    for name, target in STACKED_TARGETS.items():
+        stacked, single = f"stacked{MEMBERS}_{name}", f"lightning_{name}"
+        if stacked in per_step and single in per_step:
+            ratio = MEMBERS * per_step[single] / per_step[stacked]
+            verdict = "met" if ratio >= target else "MISSED"
+            lines.append(f"| throughput of {MEMBERS} stacked seeds / {MEMBERS} sequential runs, "
+                         f"{name} | {ratio:.2f}x | >= {target}x ({verdict}) |")
+    if flops is not None:
+        peak_flops = flops["peak"]
+        for label, key in (("one RS-UMDQN-C update", "single"),
+                           (f"{MEMBERS} stacked RS-UMDQN-C updates", "stacked")):
+            entry = flops[key]
+            lines.append(
+                f"| FLOP/s of {label} ({entry['flops'] / 1e6:.0f} MFLOP in "
+                f"{entry['seconds'] * 1e3:.1f} ms) / matmul peak ({peak_flops / 1e9:.1f} GFLOP/s) "
+                f"| {entry['flop_per_s'] / peak_flops:.1%} | |"
+            )
     if "lightning_rs_umdqn_c" in peak:
         verdict = "met" if peak["lightning_rs_umdqn_c"] < 1024 else "MISSED"
         lines.append(f"| peak RSS of an RS-UMDQN-C run | {peak['lightning_rs_umdqn_c']:.0f} MB | < 1024 MB ({verdict}) |")

@@ -121,7 +121,7 @@ BAD_VALUES = {
             ("kappa", -1.0), ("risk_route", "fast"), ("head_hidden_sizes", [0])],
     "umdqn_kl": [("n_returns", 1), ("terminal_std", 0.0), ("integration_step", 0.0)],
     "umdqn_w": [("n_quantiles", 0), ("kappa", 0.0), ("integration_step", 4.5),
-                ("fraction_scale", 0.0), ("integration_rule", "gauss")],
+                ("fraction_scale", 0.0), ("integration_rule", "gauss"), ("initial_spread", 0.0)],
 }  # fmt: skip
 
 

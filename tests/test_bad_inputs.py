@@ -86,6 +86,12 @@ CASES = [
          "'Nope-v0' is not a registered gymnasium id", cli=True),
     Case("argument the env does not take", ["+env.kwargs.nope=1"], "env.kwargs",
          "rejects these arguments"),
+    Case("continuous actions", ["env=gym", "env.id=MountainCarContinuous-v0"], "env.id",
+         "has action space Box(-1.0, 1.0, (1,), float32); supported: Discrete actions only",
+         cli=True),
+    Case("image observations", ["env=gym", "env.id=tests.gym_test_envs:TinyImage-v0"], "env.id",
+         "(an image); supported: a 1-D Box (fed to the network as it is) or Discrete", cli=True),
+    Case("gymnasium env without an id", ["env=gym"], "env.id", "a value is required"),
     # checkpoints
     Case("missing checkpoint", ["ckpt_path={tmp}/nothing.ckpt"], "ckpt_path",
          "no checkpoint file there"),

@@ -19,7 +19,8 @@ def options(group: str) -> list[str]:
     "override", [f"{g}={o}" for g in GROUPS for o in options(g)] + ["hardware=cpu"]
 )
 def test_every_group_option_composes_and_validates(compose, override):
-    settings = validate(compose([override]))
+    # env=gym is any gymnasium environment: it needs the id (tests/test_gym_envs.py).
+    settings = validate(compose([override, *(["env.id=CartPole-v1"] if override == "env=gym" else [])]))
     assert 0.0 <= settings.train.alpha <= 1.0
 
 

@@ -89,3 +89,26 @@ def test_a_run_recorded_before_newer_keys_still_loads(quick_run, tmp_path):
     run = load_run(old)
     assert run.settings.train.learning.on_non_finite == "stop"
     assert run.settings.train.learning.lr == config.learning.lr  # recorded values kept
+
+
+def test_learning_curves_keep_other_utility_settings_apart(tmp_path):
+    """Runs of another alpha are another curve, not more seeds of the same one; seed
+    folders of a parallel_seeds job count as runs."""
+    from omegaconf import OmegaConf
+
+    from rs_lightning.plots import load_histories
+
+    def run_folder(path, alpha):
+        path.mkdir(parents=True)
+        config = {"env": {"id": "rs_lightning/RiskyRewards-v0"}, "agent": {"name": "c51"},
+                  "alpha": alpha, "risk": {"name": "var", "rho": 0.1}, "rho": 0.1}
+        (path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+        (path / "eval_history.jsonl").write_text('{"step": 10, "expectation": 0.1}\n')
+
+    run_folder(tmp_path / "0_alpha=0.5", 0.5)
+    run_folder(tmp_path / "1_alpha=1.0" / "seed_0", 1.0)
+    run_folder(tmp_path / "1_alpha=1.0" / "seed_1", 1.0)
+    groups = load_histories(tmp_path)
+    assert {label: len(runs) for (_, label), runs in groups.items()} == {
+        "c51 alpha=0.5": 1, "c51 alpha=1.0": 2,
+    }

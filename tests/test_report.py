@@ -43,6 +43,7 @@ def test_report_writes_the_table_and_every_figure(report_dir):
         "distributions_risky_rewards_dqn.png",
         "distributions_risky_rewards_rs_umdqn_c.png",
         "learning_curves.png",
+        "return_histograms.png",
     ]
     assert all(png(report_dir / name) for name in names)
     markdown = (report_dir / "results.md").read_text()
@@ -55,7 +56,7 @@ def test_report_writes_the_table_and_every_figure(report_dir):
 def test_html_report_is_self_contained(report_dir):
     page = (report_dir / "report.html").read_text()
     images = re.findall(r"<img [^>]*src='([^']*)'", page)
-    assert len(images) == 4 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert len(images) == 5 and all(src.startswith("data:image/png;base64,") for src in images)
     assert "http" not in page.split("<body>")[1].replace("python -m", "")
     assert page.count("<table>") == 2  # Monte Carlo and exact
     for agent in ("dqn", "rs_umdqn_c"):
@@ -69,7 +70,7 @@ def test_summary_run_and_training_runs_carry_the_table_and_figures(sweep, report
     (results,) = [p for p in media.glob("table/results_*.table.json") if "exact" not in p.name]
     table = json.loads(results.read_text())
     assert sorted(row[1] for row in table["data"]) == ["dqn", "rs_umdqn_c"]
-    assert len(list(media.glob("images/figures/*.png"))) == 4
+    assert len(list(media.glob("images/figures/*.png"))) == 5
     jobs = [p for p in sweep.iterdir() if (p / "eval.json").is_file()]
     assert len(jobs) == 2
     for job in jobs:

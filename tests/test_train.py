@@ -133,3 +133,18 @@ def test_rs_umdqn_c_quick_run_from_the_command_line(tmp_path):
     assert (summary["agent"], summary["risk"], summary["steps"]) == ("rs_umdqn_c", "cvar", 300)
     metrics = (run_dir / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/return_mean", "episode/return", "eval/utility"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_compiled_agent_trains_like_the_eager_one(compose, tmp_path):
+    """hardware.compile=true compiles the loss and the return distribution (about a minute of
+    compilation on a CPU); the run ends with the eager run's greedy policy."""
+    from rs_lightning.train import run
+
+    quick = ["debug=quick", "logger=none", "callbacks.progress_bar=false", "agent=dqn",
+             "trainer.max_steps=150", "evaluation.every_n_steps=0"]
+    eager = run(compose(quick), run_dir=tmp_path / "eager")
+    compiled = run(compose([*quick, "hardware.compile=true"]), run_dir=tmp_path / "compiled")
+    assert (tmp_path / "compiled" / "policy.json").read_text() == (
+        tmp_path / "eager" / "policy.json").read_text()
+    assert compiled["expectation"] == pytest.approx(eager["expectation"], abs=1e-9)

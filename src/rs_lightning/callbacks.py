@@ -81,19 +81,30 @@ class PeriodicEvaluation(pl.Callback):
         step = trainer.global_step
         if self.every_n_steps <= 0 or step % self.every_n_steps:
             return
-        summary = evaluate_policy(
-            pl_module.greedy, self.env_config, pl_module.utility, self.rho, self.episodes,
-            self.seed, self.batch_envs,
+        metrics = evaluate_during_training(
+            pl_module, self.env_config, self.rho, self.episodes, self.seed, self.batch_envs,
+            step, batch.env_steps, self.history_path,
         )
-        summary.update(exact_policy_metrics(pl_module.greedy, self.env_config, pl_module.utility, self.rho) or {})
-        summary.update(start_state_distances(pl_module, self.env_config) or {})
-        metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
-        metrics["eval/env_steps"] = float(batch.env_steps)
         pl_module.live_metrics.update(metrics)
-        if self.history_path is not None:
-            # One JSON line per evaluation: learning curves that need no logger to survive.
-            record = {"step": step, "env_steps": batch.env_steps, **summary}
-            with open(self.history_path, "a") as f:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
+
+
+def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
+                             batch_envs: int, step: int, env_steps: int,
+                             history_path: Path | None) -> dict[str, float]:
+    """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
+    (one JSON line, learning curves that need no logger to survive) and returned as
+    ``eval/*`` metrics."""
+    summary = evaluate_policy(
+        module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
+    )
+    summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
+    summary.update(start_state_distances(module, env_config) or {})
+    metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
+    metrics["eval/env_steps"] = float(env_steps)
+    if history_path is not None:
+        record = {"step": step, "env_steps": env_steps, **summary}
+        with open(history_path, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+    return metrics

@@ -47,7 +47,8 @@ def checkpoint_agent(state: dict[str, Any]) -> str:
 
 
 def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
-                     agent: torch.nn.Module, env_id: str, key: str = "ckpt_path") -> None:
+                     agent: torch.nn.Module, env_id: str, key: str = "ckpt_path",
+                     num_envs: int = 1, parallel_seeds: int = 1) -> None:
     """ConfigError unless ``state`` was written by the same agent with the same network shapes.
 
     ``agent`` is the network this run builds; the checkpoint's ``agent.*`` tensors must have
@@ -59,14 +60,30 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             key, f"{path} was written by agent {written_by}, this run is agent={agent_name}; "
             f"resume with the checkpoint's agent or give a checkpoint of {agent_name}"
         )
+    # A parallel_seeds run (rs_lightning.stacked) holds its members' tensors stacked.
+    written_seeds = len(state["rs_lightning"].get("seeds", [None]))
+    if written_seeds != parallel_seeds:
+        raise ConfigError(
+            key, f"{path} was written with parallel_seeds={written_seeds}, this run has "
+            f"parallel_seeds={parallel_seeds}; resume with the checkpoint's parallel_seeds (a "
+            "single seed of a parallel_seeds run: its seed_<s>/checkpoints/last.ckpt)"
+        )
+    stacked_keys = set(state["rs_lightning"].get("stacked_keys", ()))
     # Lightning files the datamodule's state under its class name.
-    written_env = (state.get("EnvDataModule") or {}).get("env_id")
+    written_env = (state.get("EnvDataModule") or state.get("StackedEnvDataModule") or {}).get("env_id")
     if written_env is not None and written_env != env_id:
         raise ConfigError(
             key, f"{path} was written on env {written_env}, this run is on {env_id}"
         )
-    saved = {k[len("agent."):]: v.shape for k, v in state["state_dict"].items()
-             if k.startswith("agent.")}
+    # One environment and a vector of copies keep different collector states.
+    written_copies = (state.get("EnvDataModule") or {}).get("num_envs", 1)
+    if written_copies != num_envs:
+        raise ConfigError(
+            key, f"{path} was written with env.num_envs={written_copies}, this run has "
+            f"env.num_envs={num_envs}; resume with the checkpoint's env.num_envs"
+        )
+    saved = {k[len("agent."):]: v.shape[1:] if k in stacked_keys else v.shape
+             for k, v in state["state_dict"].items() if k.startswith("agent.")}
     wanted = {k: v.shape for k, v in agent.state_dict().items()}
     if saved != wanted:
         differing = sorted(k for k in saved.keys() & wanted.keys() if saved[k] != wanted[k])

@@ -145,11 +145,29 @@ def summarize_returns(
         "alpha": utility.alpha,
         "risk": utility.risk,
     }
+    summary["return_histogram"] = return_histogram(returns)
     if not np.isnan(outcomes).all():
         summary["risk_outcome"] = float(np.nanmean(outcomes))
         for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
             summary[f"risk_outcome_{name}"] = float(np.mean(outcomes == value))
     return summary
+
+
+def return_histogram(returns: np.ndarray, max_bins: int = 40) -> dict[str, list]:
+    """The episode returns as a histogram: ``edges`` (bins + 1) and ``counts`` (bins).
+
+    At most ``max_bins`` equal bins over [min, max]; fewer when the returns take fewer
+    distinct values (one bin per value when they are whole numbers, as step counts are).
+    """
+    returns = np.asarray(returns, dtype=np.float64)
+    low, high = float(returns.min()), float(returns.max())
+    if low == high:
+        return {"edges": [low - 0.5, high + 0.5], "counts": [int(returns.size)]}
+    bins = min(max_bins, np.unique(returns).size)
+    if np.all(returns == np.round(returns)) and high - low + 1 <= max_bins:
+        bins, low, high = int(high - low + 1), low - 0.5, high + 0.5  # one bin per integer
+    counts, edges = np.histogram(returns, bins=bins, range=(low, high))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
 
 
 def evaluate_policy(

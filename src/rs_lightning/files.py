@@ -106,3 +106,10 @@ def truncate_jsonl(path: Path | str, keep) -> None:
         return
     records = [r for r in read_jsonl(path, warn=False) if keep(r)]
     write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def run_files(sweep_dir: Path | str, name: str) -> list[Path]:
+    """The file ``name`` of every run below a sweep folder: ``<job>/name``, and
+    ``<job>/seed_<s>/name`` for the seeds of a ``parallel_seeds`` job."""
+    sweep_dir = Path(sweep_dir)
+    return sorted([*sweep_dir.glob(f"*/{name}"), *sweep_dir.glob(f"*/seed_*/{name}")])

@@ -126,7 +126,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
         state = read_checkpoint(train.ckpt_path)
         agent_class, _ = AGENTS[settings.agent.name]
         agent = agent_class(settings.agent, problem)
-        check_compatible(state, train.ckpt_path, settings.agent.name, agent, train.env.id)
+        check_compatible(state, train.ckpt_path, settings.agent.name, agent, train.env.id,
+                         num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds)
         start_step = checkpoint_step(state)
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
@@ -140,14 +141,16 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     ``eval.json`` is written last and atomically, so a complete one marks a finished run;
     ``failed.json`` beside it (a failure after the evaluation) makes the job run again.
     """
-    path = Path(run_dir) / "eval.json"
-    if not path.is_file() or (Path(run_dir) / FAILED).exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "expectation" in data else None
+    for name, key in (("eval.json", "expectation"), ("members.json", "members")):
+        path = Path(run_dir) / name  # members.json: a parallel_seeds run (rs_lightning.stacked)
+        if not path.is_file() or (Path(run_dir) / FAILED).exists():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and key in data else None
+    return None
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

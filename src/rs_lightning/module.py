@@ -37,6 +37,14 @@ def exploration_rate(env_step: int, start: float, end: float, decay: float, sche
     return end + (start - end) * max(0.0, 1.0 - env_step / decay)
 
 
+def make_optimizer(agent, learning) -> torch.optim.Optimizer:
+    """Adam on the agent's parameters (fused where the device allows: one kernel per step)."""
+    fused = learning.fused_adam and all(
+        p.device.type in ("cpu", "cuda") for p in agent.parameters()
+    )
+    return torch.optim.Adam(agent.parameters(), lr=learning.lr, eps=learning.adam_eps, fused=fused)
+
+
 def _numpy_global_state() -> tuple:
     """numpy's global generator state in plain types (checkpoints load with weights_only)."""
     name, keys, position, has_gauss, cached = np.random.get_state()
@@ -112,11 +120,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self._direct_backward = str(self.trainer.precision) != "16-mixed"
 
     def configure_optimizers(self):
-        cfg = self.learning
-        fused = cfg.fused_adam and all(
-            p.device.type in ("cpu", "cuda") for p in self.agent.parameters()
-        )
-        return torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
+        return make_optimizer(self.agent, self.learning)
 
     def training_step(self, dataloader_iter: Iterator) -> None:
         # The batch is fetched here, not prefetched by Lightning: the environment step behind

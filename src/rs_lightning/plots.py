@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
 from rs_lightning.risk import expectation
-from rs_lightning.files import read_jsonl
+from rs_lightning.files import read_jsonl, run_files
 from rs_lightning.runs import TrainedRun, load_run
 
 ACTION_NAMES = ("right", "down", "left", "up")
@@ -119,13 +119,25 @@ CURVE_METRICS = (
 
 
 def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
-    """{(env id, agent): [one job's evaluations, ...]} from a sweep's job folders."""
-    groups: dict[tuple[str, str], list[list[dict]]] = {}
-    for history in sorted(Path(sweep_dir).glob("*/eval_history.jsonl")):
+    """{(env id, curve label): [one run's evaluations, ...]} from a sweep's run folders.
+
+    The label is the agent's name, followed by the settings of the utility (alpha, risk
+    measure, rho) that differ between the sweep's runs: runs of other settings are other
+    curves, not more seeds of the same one.
+    """
+    runs = []
+    for history in run_files(sweep_dir, "eval_history.jsonl"):
         config = OmegaConf.load(history.parent / "config.yaml")
         records = read_jsonl(history)  # drops a last line cut short by a kill
         if records:
-            groups.setdefault((config.env.id, config.agent.name), []).append(records)
+            settings = {"alpha": config.alpha, "risk": config.risk.name, "rho": config.rho}
+            runs.append((config.env.id, config.agent.name, settings, records))
+    varying = [key for key in ("alpha", "risk", "rho")
+               if len({str(settings[key]) for _, _, settings, _ in runs}) > 1]
+    groups: dict[tuple[str, str], list[list[dict]]] = {}
+    for env, agent, settings, records in runs:
+        label = " ".join([agent, *(f"{key}={settings[key]}" for key in varying)])
+        groups.setdefault((env, label), []).append(records)
     return groups
 
 

@@ -138,6 +138,15 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -
                 "Wasserstein-1 distance between the learned Z(start, a) and its exact law under "
                 "the greedy policy, for the greedy action and averaged over actions.",
             ))
+    from rs_lightning.return_histograms import plot_return_histograms
+
+    path = out_dir / "return_histograms.png"
+    if plot_return_histograms(rows, path):
+        figures.append(Figure(
+            "return_histograms", path,
+            "Episode returns of the greedy policy in the final Monte Carlo evaluation, any "
+            "environment: one outline per seed, E solid and VaR dashed.",
+        ))
     multiple_settings = len({(r["alpha"], r["risk"], r["rho"]) for r in rows}) > 1
     for (env, agent, alpha, risk, rho), job in sorted(_representative_jobs(rows).items()):
         cell = DECISION_CELLS.get(env)

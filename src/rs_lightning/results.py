@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.files import run_files
 
 # The paper's Table 2 (E[S], VaR_0.1[S], U[S] with alpha 0.5 and R = VaR): DQN learns the
 # orange paths, RS-UMDQN-C the green ones.
@@ -44,7 +45,8 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     a warning naming them.
     """
     rows = []
-    for job in sorted(p for p in Path(sweep_dir).glob("*") if p.is_dir()):
+    sweep_dir = Path(sweep_dir)
+    for job in sorted(p for p in sweep_dir.glob("*") if p.is_dir()):
         if (job / "failed.json").is_file():
             try:
                 reason = json.loads((job / "failed.json").read_text()).get("message", "")
@@ -52,18 +54,19 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
                 reason = ""
             print(f"warning: skipping failed job {job.name}: {reason} (see its failed.json)",
                   file=sys.stderr)
-        elif not (job / "eval.json").is_file() and (job / "config.yaml").is_file():
+        elif (not (job / "eval.json").is_file() and not (job / "members.json").is_file()
+              and (job / "config.yaml").is_file()):
             print(f"warning: skipping incomplete job {job.name}: no eval.json (interrupted? "
                   "the same sweep command again finishes it)", file=sys.stderr)
-    for path in sorted(Path(sweep_dir).glob("*/eval.json")):
-        if (path.parent / "failed.json").is_file():
+    for path in run_files(sweep_dir, "eval.json"):
+        if (path.parent / "failed.json").is_file() or (path.parent.parent / "failed.json").is_file():
             continue
         try:
             row = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:
             print(f"warning: skipping {path}: {error}", file=sys.stderr)
             continue
-        row["job"] = path.parent.name
+        row["job"] = path.parent.relative_to(sweep_dir).as_posix()  # seed_<s> folders too
         rows.append(row)
     return rows
 

@@ -16,6 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import RISK_MEASURES, Utility
 
@@ -38,9 +39,22 @@ class EnvSection:
     return_min: float = MISSING  # support of the learnt return distribution
     return_max: float = MISSING
     grid_size: Optional[int] = None  # grid worlds: write policy.json for every cell
+    # Keys of any gymnasium environment (README, "Any gymnasium environment"). The values
+    # live in conf/env/*.yaml; these defaults only fill runs recorded before the keys existed.
+    reward_scale: float = 1.0  # rewards are multiplied by it (then clipped) for learning
+    max_episode_steps: Optional[int] = None  # time limit (truncation); null: the env's own
+    observation_normalization: str = "none"  # none | bounds (finite Box bounds onto [-1, 1])
+    num_envs: int = 1  # environment copies stepped together for collection (SyncVectorEnv)
 
     def check(self) -> None:
         _require(0.0 <= self.gamma < 1.0, "env.gamma", "in [0, 1)", self.gamma)
+        _require(self.reward_scale > 0, "env.reward_scale", "positive", self.reward_scale)
+        if self.max_episode_steps is not None:
+            _require(self.max_episode_steps > 0, "env.max_episode_steps", "a positive integer or null",
+                     self.max_episode_steps)
+        _one_of("env.observation_normalization", self.observation_normalization,
+                OBSERVATION_NORMALIZATIONS)
+        _require(self.num_envs >= 1, "env.num_envs", "a positive integer", self.num_envs)
         if self.reward_clip is not None:
             _require(self.reward_clip > 0, "env.reward_clip", "positive or null", self.reward_clip)
         _require(
@@ -202,6 +216,7 @@ class FaultInjectionSection:
 @dataclass
 class TrainConfig:
     seed: int = MISSING
+    parallel_seeds: int = MISSING  # seeds seed .. seed + K - 1 side by side in one process
     alpha: float = MISSING  # U = alpha E + (1 - alpha) R
     rho: float = MISSING  # level of VaR / CVaR
     ckpt_path: Optional[str] = MISSING  # resume from this Lightning checkpoint
@@ -220,6 +235,7 @@ class TrainConfig:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
         _require(0.0 < self.rho < 1.0, "rho", "in (0, 1), excluding both ends", self.rho)
         _require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
+        _require(self.parallel_seeds >= 1, "parallel_seeds", "a positive integer", self.parallel_seeds)
         for section in (
             self.env, self.learning, self.evaluation, self.trainer, self.hardware, self.logger,
             self.fault_injection,
@@ -260,6 +276,8 @@ def _plain_message(message: str) -> str:
     not_bool = re.match(r"Value '(.*)' is not a valid bool", message)
     if not_bool:
         return f"must be true or false, got {not_bool.group(1)!r}"
+    if re.search(r"missing mandatory value", message):
+        return "a value is required here (give it on the command line as key=value)"
     if re.match(r"Key '.*' not in '\w+'", message):
         return "unknown key (the keys are those of conf/train.yaml and its group files)"
     return message
@@ -304,5 +322,18 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     train: TrainConfig = _structured(TrainConfig, cfg)
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
+    if train.parallel_seeds > 1 and not AGENTS[agent.name][0].supports_members:
+        stacked = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
+        raise ConfigError(
+            "parallel_seeds",
+            f"agent={agent.name} trains one seed per process (parallel_seeds=1, or a sweep "
+            f"-m seed=...); parallel_seeds > 1 works with agent={', '.join(stacked)}",
+        )
+    if train.parallel_seeds > 1 and train.env.num_envs > 1:
+        raise ConfigError(
+            "parallel_seeds",
+            f"parallel_seeds={train.parallel_seeds} steps one environment per seed; it cannot be "
+            f"combined with env.num_envs={train.env.num_envs} (use one of the two)",
+        )
     utility = utility_from(train.risk, train.alpha)
     return ValidatedConfig(train=train, agent=agent, utility=utility)

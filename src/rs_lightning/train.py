@@ -31,6 +31,7 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from rs_lightning.agents import AGENTS
 from rs_lightning.callbacks import PeriodicEvaluation, TrainingProgress
 from rs_lightning.data.datamodule import EnvDataModule
+from rs_lightning.data.vector_collection import batched_exploration
 from rs_lightning.evaluation import evaluate_run
 from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write_text_atomic
 from rs_lightning.jobs import check_inputs, output_key, run_directory
@@ -86,8 +87,12 @@ def _sweep_group() -> str | None:
     return None
 
 
-def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any]) -> list:
-    """The configured loggers. W&B online falls back to offline when it cannot connect."""
+def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
+                 group: str | None = None) -> list:
+    """The configured loggers. W&B online falls back to offline when it cannot connect.
+
+    ``group``: the W&B group when neither ``logger.group`` nor a multirun names one.
+    """
     cfg = settings.train.logger
     if cfg.backend == "none":
         return []
@@ -106,17 +111,19 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
             project=cfg.project,
             entity=cfg.entity,
             name=name,
-            group=cfg.group or _sweep_group(),
+            group=cfg.group or _sweep_group() or group,
             tags=list(cfg.tags),
             save_dir=str(run_dir),
             offline=offline,
             config=resolved,
             job_type="train",
+            reinit="create_new",  # parallel_seeds: one W&B run per seed, open side by side
             **init,
         )
         # Lightning always passes W&B's deprecated `anonymous` setting, which makes every run
         # print a warning; W&B ignores the setting, so leaving it out changes nothing else.
         logger._wandb_init.pop("anonymous", None)
+        _start_wandb_run(logger)
         return logger
 
     # WANDB_MODE=offline or disabled in the environment is the user's; Lightning itself sets
@@ -126,11 +133,9 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
         if problem is None:
             import wandb
 
-            logger = wandb_logger(False, mode="online",
-                                  settings=wandb.Settings(init_timeout=cfg.online_timeout))
-            try:
-                logger.experiment  # connect now, while logging offline instead is still possible
-                return [logger]
+            try:  # connects now, while logging offline instead is still possible
+                return [wandb_logger(False, mode="online",
+                                     settings=wandb.Settings(init_timeout=cfg.online_timeout))]
             except Exception as error:  # W&B raises its own errors and network ones
                 text = str(error).strip()
                 problem = (text.splitlines()[0] if text else repr(error))[:160]
@@ -141,18 +146,26 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
     return [wandb_logger(True, mode="offline")]
 
 
+def _start_wandb_run(logger) -> None:
+    """Start the logger's own W&B run now. Lightning's logger would attach to any run already
+    open in the process; with ``parallel_seeds`` each seed has a run of its own."""
+    import wandb
+
+    run = wandb.init(**logger._wandb_init)
+    run.define_metric("trainer/global_step")
+    run.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+    logger._experiment = run
+
+
 def close_loggers(loggers: list, failed: bool) -> None:
     """Finish the loggers; a failed run is marked failed in W&B (exit code 1)."""
     for logger in loggers:
         logger.finalize("failed" if failed else "success")
-    if any(type(logger).__name__ == "WandbLogger" for logger in loggers):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=1 if failed else 0)
+        if type(logger).__name__ == "WandbLogger" and logger._experiment is not None:
+            logger.experiment.finish(exit_code=1 if failed else 0)
 
 
-def _log_run_media(loggers, summary, module, settings, run_dir, steps, datamodule) -> None:
+def _log_run_media(loggers, summary, module, settings, run_dir, steps, env_steps) -> None:
     """W&B runs also get the evaluation as a Table and, on a grid world, the distribution
     figure of the decision state (written into the run folder as ``distributions.png``)."""
     wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
@@ -167,7 +180,7 @@ def _log_run_media(loggers, summary, module, settings, run_dir, steps, datamodul
         from rs_lightning.runs import TrainedRun
 
         figure = run_dir / "distributions.png"
-        trained = TrainedRun(settings, module, run_dir, steps, datamodule.collector.env_steps)
+        trained = TrainedRun(settings, module, run_dir, steps, env_steps)
         plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
     for logger in wandb_loggers:
         log_run_media(logger.experiment, summary, figure)
@@ -193,8 +206,56 @@ def build(settings: ValidatedConfig) -> tuple[EnvDataModule, RiskSensitiveQLearn
         log_every_n_steps=train.trainer.log_every_n_steps,
         fault_injection=train.fault_injection,
     )
-    datamodule.attach_policy(module.explore)
+    datamodule.attach_policy(module.explore, batch_policy=batched_exploration(module))
+    if train.hardware.compile:
+        compile_agent(module.agent)
     return datamodule, module
+
+
+def compile_agent(agent) -> None:
+    """``hardware.compile``: torch.compile what runs every step, the agent's loss (its update)
+    and its return distribution (acting). Compiling the module itself would only compile
+    ``forward``, which agents do not use. Data-dependent steps (e.g. UMDQN-C's distinct
+    states) split the graph; the parts around them are compiled."""
+    agent.loss = torch.compile(agent.loss)
+    agent.return_distribution = torch.compile(agent.return_distribution)
+
+
+def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
+    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks."""
+    if train.trainer.checkpoint_every_n_steps <= 0:
+        return []
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    return [ModelCheckpoint(
+        dirpath=checkpoint_dir,
+        filename="step{step:07d}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=train.trainer.checkpoint_every_n_steps,
+        save_top_k=-1,
+        save_last=True,
+    )]  # fmt: skip
+
+
+def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback], loggers: list) -> pl.Trainer:
+    """The Trainer of a run: ``trainer.max_steps`` updates in one endless epoch."""
+    return pl.Trainer(
+        max_steps=train.trainer.max_steps,
+        max_epochs=-1,
+        accelerator=train.hardware.accelerator,
+        devices=train.hardware.devices,
+        precision=train.hardware.precision,
+        logger=loggers or False,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=train.trainer.checkpoint_every_n_steps > 0,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=str(run_dir),
+        log_every_n_steps=train.trainer.log_every_n_steps,
+        plugins=[AtomicCheckpointIO()],
+    )
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
@@ -223,25 +284,15 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         "host": socket.gethostname(), "time": datetime.datetime.now().isoformat(timespec="seconds"),
     })
 
+    if train.parallel_seeds > 1:
+        from rs_lightning.stacked import run_stacked
+
+        return run_stacked(cfg, settings, run_dir, start_step)
+
     datamodule, module = build(settings)
-    if train.hardware.compile:
-        module.agent = torch.compile(module.agent)
 
-    callbacks: list[pl.Callback] = []
     checkpoint_dir = run_dir / "checkpoints"
-    if train.trainer.checkpoint_every_n_steps > 0:
-        from pytorch_lightning.callbacks import ModelCheckpoint
-
-        callbacks.append(
-            ModelCheckpoint(
-                dirpath=checkpoint_dir,
-                filename="step{step:07d}",
-                auto_insert_metric_name=False,
-                every_n_train_steps=train.trainer.checkpoint_every_n_steps,
-                save_top_k=-1,
-                save_last=True,
-            )
-        )
+    callbacks = checkpoint_callbacks(train, checkpoint_dir)
     callbacks.append(
         PeriodicEvaluation(
             train.env,
@@ -257,23 +308,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
 
     loggers = make_loggers(settings, run_dir, resolved)
-    trainer = pl.Trainer(
-        max_steps=train.trainer.max_steps,
-        max_epochs=-1,
-        accelerator=train.hardware.accelerator,
-        devices=train.hardware.devices,
-        precision=train.hardware.precision,
-        logger=loggers or False,
-        callbacks=callbacks,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=train.trainer.checkpoint_every_n_steps > 0,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        default_root_dir=str(run_dir),
-        log_every_n_steps=train.trainer.log_every_n_steps,
-        plugins=[AtomicCheckpointIO()],
-    )
+    trainer = make_trainer(train, run_dir, callbacks, loggers)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
@@ -284,7 +319,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         )
         final = {f"eval/final_{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
         final["train/skipped_updates"] = float(module.skipped_updates)
-        _log_run_media(loggers, summary, module, settings, run_dir, trainer.global_step, datamodule)
+        _log_run_media(loggers, summary, module, settings, run_dir, trainer.global_step,
+                       datamodule.collector.env_steps)
         for logger in loggers:
             logger.log_metrics(final, step=trainer.global_step)
     except BaseException:

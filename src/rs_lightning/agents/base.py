@@ -9,16 +9,27 @@ the same risk measure decides both (the paper's two changes, and nothing else).
 To add an agent: write one module in this package with a config dataclass derived from
 :class:`AgentConfig` and a class derived from :class:`Agent`, decorate the class with
 ``@register_agent("name", NameConfig)``, and add ``conf/agent/name.yaml``.
+
+Members (``parallel_seeds``): :func:`stack_members` turns K agents of one class into one agent
+whose every parameter has a leading dimension K, member k's parameters at index k. Its layers
+(:class:`Linear`) then run the K networks as batched matrix products, and every batch tensor
+it receives carries the same leading dimension (``obs[K, B, D]``). An agent supports this
+when its code treats leading dimensions as independent (``...``-style indexing, reductions
+over the batch dimension only) and its loss returns one value per member (``[K]``); it says
+so with ``supports_members = True``. Member k of such an agent is an ordinary agent again
+(:func:`member_state`), with the same state-dict keys as a sequential run's.
 """
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, List, NamedTuple
 
 import torch
 from omegaconf import MISSING
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rs_lightning.risk import ReturnDistribution
@@ -78,11 +89,15 @@ class Problem:
 class Agent(nn.Module, ABC):
     """A distributional value network and its loss."""
 
+    # Whether the agent's code runs K stacked members at once (module docstring).
+    supports_members: bool = False
+
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()
         super().__init__()
         self.config = config
         self.problem = problem
+        self.members: int | None = None  # K when the parameters are stacked members
 
     @abstractmethod
     def return_distribution(self, obs: Tensor) -> ReturnDistribution:
@@ -106,14 +121,67 @@ class Agent(nn.Module, ABC):
         return choose_action(self.return_distribution(obs))
 
 
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x W^T + b`` for one network (``weight[out, in]``) or K stacked members
+    (``weight[K, out, in]``, ``bias[K, out]``, ``x[K, B, ..., in]``: member k's rows at k;
+    an input shared by the members is passed expanded, ``x.expand(K, *x.shape)``)."""
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    members = weight.shape[0]
+    if x.dim() < 3 or x.shape[0] != members:
+        raise ValueError(
+            f"stacked members: the input must be [{members}, B, ..., in], got {list(x.shape)}"
+        )
+    rows = x.reshape(members, -1, x.shape[-1])
+    if bias is None:
+        out = torch.bmm(rows, weight.transpose(1, 2))
+    else:
+        out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that also runs K stacked members (see :func:`linear`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
 def mlp(sizes: list[int], activate_last: bool = False) -> nn.Sequential:
     """Linear layers of the given sizes with ReLU between them."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(n_in, n_out))
+        layers.append(Linear(n_in, n_out))
         if i < len(sizes) - 2 or activate_last:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def stack_members(agents: list[Agent]) -> Agent:
+    """One agent holding ``agents`` (same class and config) as K stacked members.
+
+    Every parameter becomes ``[K, *shape]``; buffers (fixed grids) are shared.
+    """
+    first = agents[0]
+    if not first.supports_members:
+        raise ValueError(f"agent {first.config.name!r} cannot run stacked members")
+    stacked = copy.deepcopy(first)
+    members = [dict(agent.named_parameters()) for agent in agents]
+    for name, _ in first.named_parameters():
+        module_name, _, attribute = name.rpartition(".")
+        module = stacked.get_submodule(module_name)
+        value = torch.stack([parameters[name].detach() for parameters in members])
+        setattr(module, attribute, nn.Parameter(value))
+    stacked.members = len(agents)
+    return stacked
+
+
+def member_state(stacked: Agent, k: int) -> dict[str, Tensor]:
+    """Member ``k`` of a stacked agent as the state dict of an ordinary agent."""
+    return {
+        name: (value[k] if name in dict(stacked.named_parameters()) else value).clone()
+        for name, value in stacked.state_dict().items()
+    }
 
 
 AGENTS: dict[str, tuple[type[Agent], type[AgentConfig]]] = {}

@@ -65,6 +65,7 @@ class C51(Agent):
     """Categorical DQN with the utility-greedy target action (module docstring)."""
 
     config: C51Config
+    supports_members = True
 
     def __init__(self, config: C51Config, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -76,7 +77,7 @@ class C51(Agent):
 
     def logits(self, obs: Tensor) -> Tensor:
         """Unnormalised log-probabilities ``[B, A, N]``."""
-        return self.network(obs).view(obs.shape[0], self.problem.n_actions, self.config.n_atoms)
+        return self.network(obs).view(*obs.shape[:-1], self.problem.n_actions, self.config.n_atoms)
 
     def distribution(self, logits: Tensor) -> ReturnDistribution:
         """The common form of the network output: the atoms with softmax probabilities."""
@@ -94,12 +95,12 @@ class C51(Agent):
             next_action = choose_action(next_dist)
             next_probs = next_dist.gather_actions(next_action).probs  # [B, N]
             discount = self.problem.gamma * (1.0 - batch.terminated)
-            updated = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * self.atoms  # Tz [B, N]
+            updated = batch.reward.unsqueeze(-1) + discount.unsqueeze(-1) * self.atoms  # Tz [B, N]
             target_probs = project_onto_atoms(updated, next_probs, self.atoms)
         logits = self.logits(batch.obs)
-        index = batch.action.view(-1, 1, 1).expand(-1, 1, self.config.n_atoms)
-        log_probs = F.log_softmax(logits.gather(1, index).squeeze(1), dim=-1)  # [B, N]
-        loss = -(target_probs * log_probs).sum(-1).mean()
+        index = batch.action[..., None, None].expand(*batch.action.shape, 1, self.config.n_atoms)
+        log_probs = F.log_softmax(logits.gather(-2, index).squeeze(-2), dim=-1)  # [B, N]
+        loss = -(target_probs * log_probs).sum(-1).mean(-1)  # one per member if stacked
         with torch.no_grad():
-            mean_return = (log_probs.exp() * self.atoms).sum(-1).mean()
+            mean_return = (log_probs.exp() * self.atoms).sum(-1).mean(-1)
         return loss, {"return_mean": mean_return}

@@ -39,6 +39,7 @@ class DQNConfig(AgentConfig):
 @register_agent("dqn", DQNConfig)
 class DQN(Agent):
     config: DQNConfig
+    supports_members = True
 
     def __init__(self, config: DQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -56,11 +57,12 @@ class DQN(Agent):
         with torch.no_grad():
             next_q = target.q_values(batch.next_obs)  # type: ignore[attr-defined]
             next_action = choose_action(dirac(next_q))  # argmax Q: U of a Dirac is Q
-            next_value = next_q.gather(1, next_action.unsqueeze(1)).squeeze(1)
+            next_value = next_q.gather(-1, next_action.unsqueeze(-1)).squeeze(-1)
             td_target = batch.reward + self.problem.gamma * (1.0 - batch.terminated) * next_value
-        q = self.q_values(batch.obs).gather(1, batch.action.unsqueeze(1)).squeeze(1)
+        q = self.q_values(batch.obs).gather(-1, batch.action.unsqueeze(-1)).squeeze(-1)
         if self.config.loss == "huber":
-            loss = F.smooth_l1_loss(q, td_target)
+            loss = F.smooth_l1_loss(q, td_target, reduction="none")
         else:
-            loss = F.mse_loss(q, td_target)
-        return loss, {"q_mean": q.detach().mean()}
+            loss = F.mse_loss(q, td_target, reduction="none")
+        # The mean over the batch: one loss per member when members are stacked.
+        return loss.mean(-1), {"q_mean": q.detach().mean(-1)}

@@ -12,14 +12,20 @@ Acting (and the target action): K = 32 fractions tau_k ~ U(0, 1); the distributi
 the utility is the K values Z_tau_k(s, a), equally weighted and sorted (:func:`from_quantiles`).
 Learning: N = 32 fractions per transition for Z(s, a), N' = 32 fresh ones for the target
 r + gamma Z_tau'_j(s', a*) with a* the utility-greedy action of the TARGET network on its own
-K fractions at s', and the quantile Huber loss (kappa = 1) of QR-DQN (computed exactly in
-O(N log N'), :func:`rs_lightning.agents.qr_dqn.quantile_huber_loss`).
+K fractions at s', and the quantile Huber loss (kappa = 1) of QR-DQN (for N x N' = 32 x 32
+pairs evaluated pair by pair, value and gradient in one pass: :class:`PairwiseQuantileHuberLoss`).
 
 Sampling. The N fractions of the trained Z(s, a) are drawn per transition, as in the paper.
 The fractions of acting and of the target network (the K for the action, the N' for the
 target values) are drawn once per call and shared by its states: each state's estimate is
 still an unbiased sample, and the fraction embedding then runs for K + N' fractions instead of
 B (K + N') (the update stays within a small multiple of a DQN update; see benchmarks/).
+
+Speed. The online pass computes only the taken action's values, phi(tau) . (psi(s) W_a) + c_a
+(:meth:`IQN.chosen_quantiles`): the per-transition fractions make phi a ``[B, N, H]`` tensor,
+whose product with the head is the largest cost after the cosine embedding itself. The
+random draws are the same, in the same order, as computing every action's values and
+gathering the taken one.
 
 ``risk_route``: how a distortion risk measure (VaR, CVaR, Wang, CPW, power) enters the utility.
 
@@ -53,7 +59,7 @@ from rs_lightning.agents.base import (
     mlp,
     register_agent,
 )
-from rs_lightning.agents.qr_dqn import check_kappa, quantile_huber_loss
+from rs_lightning.agents.qr_dqn import check_kappa
 from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
 
 RISK_ROUTES = ("common", "native")
@@ -91,6 +97,36 @@ class IQNConfig(AgentConfig):
             )
 
 
+class PairwiseQuantileHuberLoss(torch.autograd.Function):
+    """The batch mean of the quantile Huber loss of QR-DQN,
+    mean_b sum_i mean_j |tau_bi - 1{u_bij < 0}| H_kappa(u_bij) / kappa, u_bij = t_bj - theta_bi
+    (:func:`rs_lightning.agents.qr_dqn.quantile_huber_loss_pairwise`), with its gradient with
+    respect to ``quantiles`` theta only, both computed pair by pair in one pass.
+
+    For IQN's 32 x 32 pairs per transition this is cheaper than the prefix sums of
+    :func:`rs_lightning.agents.qr_dqn.quantile_huber_loss` (which pay off for QR-DQN's 200 x 200)
+    and than autograd through the pairwise formula. With c = clamp(u, -kappa, kappa) and
+    w = |tau - 1{u < 0}|: H_kappa(u) = c (u - c / 2), dH/du = c, so the loss is
+    sum w c (u - c / 2) and its gradient with respect to theta_bi is -sum_j w c / (kappa M B).
+    """
+
+    @staticmethod
+    def forward(ctx, quantiles: Tensor, fractions: Tensor, targets: Tensor, kappa: float):
+        u = targets.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [B, N, M]
+        clipped = u.clamp(-kappa, kappa)
+        tau = fractions.unsqueeze(-1)
+        weighted = torch.where(u < 0, 1.0 - tau, tau).mul_(clipped)  # w c
+        scale = 1.0 / (kappa * targets.shape[-1] * targets.shape[0])
+        value = torch.dot(weighted.flatten(), u.sub_(clipped, alpha=0.5).flatten()) * scale
+        ctx.save_for_backward(weighted.sum(-1).mul_(-scale))  # d value / d theta: [B, N]
+        return value
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (slope,) = ctx.saved_tensors
+        return slope * grad, None, None, None
+
+
 @register_agent("iqn", IQNConfig)
 class IQN(Agent):
     """Implicit quantile network with the utility-greedy target action (module docstring)."""
@@ -110,25 +146,50 @@ class IQN(Agent):
 
     # -- the quantile function ------------------------------------------------------------------
 
+    def fraction_features(self, fractions: Tensor) -> Tensor:
+        """phi(tau) = ReLU(cos(pi i tau) W + b) for ``fractions[R, T]`` -> ``[R * T, H]``.
+
+        The Linear runs on a 2-D input: its output is then a plain tensor, not a view, so the
+        in-place ReLU costs no extra copy in the backward pass (on a view it would)."""
+        cosines = torch.cos(fractions.reshape(-1, 1) * self.frequencies)  # [R * T, n_cosines]
+        return self.fraction_embedding(cosines).relu_()
+
     def quantiles(self, obs: Tensor, fractions: Tensor) -> Tensor:
         """Z_tau(s, a) for every state of ``obs[B, D]``, every action and every fraction of
         ``fractions[B, T]`` (a row of fractions per state) or ``fractions[1, T]`` (the same
         fractions for every state) -> ``[B, A, T]``."""
         psi = self.state_embedding(obs)  # [B, H]
-        cosines = torch.cos(fractions.unsqueeze(-1) * self.frequencies.to(fractions.dtype))
-        phi = self.fraction_embedding(cosines.to(psi.dtype)).relu_()  # [B or 1, T, H]
+        rows, n = fractions.shape
+        phi = self.fraction_features(fractions)  # [rows * T, H]
         if len(self.head) > 1:
-            return self.head(psi.unsqueeze(1) * phi).transpose(1, 2)  # [B, T, A] -> [B, A, T]
+            return self.head(psi.unsqueeze(1) * phi.view(rows, n, -1)).transpose(1, 2)
         # A linear head: Z[b, a, t] = sum_h (psi[b, h] W[a, h]) phi[b, t, h] + c_a, one
         # matrix product straight into the [B, A, T] layout, without the [B, T, H] product.
         head = self.head[0]
         mixed = psi.unsqueeze(1) * head.weight  # [B, A, H]
-        bias = head.bias.view(1, -1, 1)
-        if phi.shape[0] == 1 and psi.shape[0] > 1:  # shared fractions: one plain product
-            rows = bias.view(-1, 1).repeat(psi.shape[0], 1)  # [B * A, 1]
-            values = torch.addmm(rows, mixed.flatten(0, 1), phi[0].T)  # [B * A, T]
-            return values.view(psi.shape[0], -1, phi.shape[1])
-        return torch.baddbmm(bias, mixed, phi.transpose(1, 2))
+        if rows == 1:  # shared fractions: one plain product [B * A, H] x [H, T]
+            values = torch.matmul(mixed, phi.t())
+        else:
+            values = torch.bmm(mixed, phi.view(rows, n, -1).transpose(1, 2))
+        return values.add_(head.bias.view(1, -1, 1))  # [B, A, T]
+
+    def chosen_quantiles(self, obs: Tensor, action: Tensor, fractions: Tensor) -> Tensor:
+        """Z_tau(s_b, a_b) for one action per state and a row of fractions per state
+        (``fractions[B, T]``) -> ``[B, T]``: the values the loss trains. With a linear head only
+        the chosen action's row of the head is used, Z = phi(tau) . (psi(s) * W[a]) + c_a."""
+        if len(self.head) > 1:
+            quantiles = self.quantiles(obs, fractions)
+            index = action.view(-1, 1, 1).expand(-1, 1, fractions.shape[-1])
+            return quantiles.gather(1, index).squeeze(1)
+        head = self.head[0]
+        psi = self.state_embedding(obs)  # [B, H]
+        rows, n = fractions.shape
+        phi = self.fraction_features(fractions).view(rows, n, -1)  # [B, T, H]
+        mixed = psi * head.weight.index_select(0, action)  # [B, H]
+        # A broadcast product and a sum: batched matrix-vector products (bmm with a unit
+        # dimension) are several times slower on a CPU, forward and backward.
+        values = (phi * mixed.unsqueeze(1)).sum(-1)  # [B, T]
+        return values + head.bias.index_select(0, action).unsqueeze(1)
 
     def sample_fractions(self, batch: int, n: int, like: Tensor) -> Tensor:
         """``[batch, n]`` fractions tau ~ U(0, 1)."""
@@ -212,8 +273,6 @@ class IQN(Agent):
             discount = self.problem.gamma * (1.0 - batch.terminated)
             targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
         fractions = self.sample_fractions(size, config.n_fractions, batch.obs)  # per transition
-        quantiles = self.quantiles(batch.obs, fractions)  # [B, A, N]
-        index = batch.action.view(-1, 1, 1).expand(-1, 1, config.n_fractions)
-        chosen = quantiles.gather(1, index).squeeze(1)  # [B, N]
-        loss = quantile_huber_loss(chosen, fractions, targets, config.kappa).mean()
+        chosen = self.chosen_quantiles(batch.obs, batch.action, fractions)  # [B, N]
+        loss = PairwiseQuantileHuberLoss.apply(chosen, fractions, targets, config.kappa)
         return loss, {"return_mean": chosen.detach().mean()}

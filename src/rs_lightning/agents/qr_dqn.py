@@ -144,6 +144,7 @@ class QRDQN(Agent):
     """Quantile-regression DQN with the utility-greedy target action (module docstring)."""
 
     config: QRDQNConfig
+    supports_members = True
 
     def __init__(self, config: QRDQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -153,7 +154,7 @@ class QRDQN(Agent):
 
     def quantiles(self, obs: Tensor) -> Tensor:
         """theta_i(s, a) at the fractions ``self.fractions`` -> ``[B, A, N]`` (unsorted)."""
-        return self.network(obs).view(obs.shape[0], self.problem.n_actions, -1)
+        return self.network(obs).view(*obs.shape[:-1], self.problem.n_actions, -1)
 
     def distribution(self, quantiles: Tensor) -> ReturnDistribution:
         """The common form: N equally weighted quantiles."""
@@ -170,11 +171,13 @@ class QRDQN(Agent):
             next_action = choose_action(next_dist)
             next_values = next_dist.gather_actions(next_action).values  # [B, N'], ascending
             discount = self.problem.gamma * (1.0 - batch.terminated)
-            targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
+            targets = batch.reward.unsqueeze(-1) + discount.unsqueeze(-1) * next_values
         quantiles = self.quantiles(batch.obs)
-        index = batch.action.view(-1, 1, 1).expand(-1, 1, quantiles.shape[-1])
-        chosen = quantiles.gather(1, index).squeeze(1)  # [B, N]
-        loss = quantile_huber_loss(
-            chosen, self.fractions, targets, self.config.kappa, targets_sorted=True
-        ).mean()
-        return loss, {"return_mean": chosen.detach().mean()}
+        index = batch.action[..., None, None].expand(*batch.action.shape, 1, quantiles.shape[-1])
+        chosen = quantiles.gather(-2, index).squeeze(-2)  # [B, N]
+        rows = quantile_huber_loss(  # the loss takes rows: stacked members are flattened
+            chosen.flatten(0, -2), self.fractions, targets.flatten(0, -2), self.config.kappa,
+            targets_sorted=True,
+        )
+        loss = rows.view(chosen.shape[:-1]).mean(-1)  # one per member if stacked
+        return loss, {"return_mean": chosen.detach().mean((-2, -1))}

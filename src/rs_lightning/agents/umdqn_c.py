@@ -68,6 +68,7 @@ from rs_lightning.agents.base import (
     ChooseAction,
     Problem,
     Transitions,
+    linear,
     mlp,
     register_agent,
 )
@@ -275,12 +276,13 @@ def cramer_loss(target: Tensor, cdf: Tensor) -> Tensor:
 
     The norm's gradient at a zero residual is taken as zero (no NaN).
     """
-    return torch.linalg.vector_norm(target - cdf, dim=-1).sum()
+    return torch.linalg.vector_norm(target - cdf, dim=-1).sum(-1)  # one per member if stacked
 
 
 def mse_loss(target: Tensor, cdf: Tensor) -> Tensor:
-    """Mean of ``(y_i(z) - F(z | s_i, a_i))^2`` over every (sample, return) (authors' code)."""
-    return F.mse_loss(cdf, target)
+    """Mean of ``(y_i(z) - F(z | s_i, a_i))^2`` over every (sample, return) (authors' code);
+    one per member for stacked members ``[M, B, N]``."""
+    return F.mse_loss(cdf, target, reduction="none").flatten(-2).mean(-1)
 
 
 def clenshaw_curtis(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -337,17 +339,21 @@ class CDFNetwork(nn.Module):
 
         The first layer is split, W [z, h] + b = w_z z + (W_h h + b): the state part is
         computed once per state and the z part once per node.
+        Stacked members: ``embedding[M, U, H]`` -> ``[M, U, A, K]``.
         """
         first, *hidden_layers, last = [m for m in self.integrand if isinstance(m, nn.Linear)]
-        z_weight = first.weight[:, 0].contiguous()  # a strided column is slow in elementwise ops
-        state_part = F.linear(embedding, first.weight[:, 1:], first.bias)  # [U, H1]
-        hidden = torch.addcmul(state_part.unsqueeze(1), nodes.view(1, -1, 1), z_weight).relu_()
-        hidden = hidden.flatten(0, 1)  # [U * K, H1]; in-place ReLUs spare a copy per layer
+        # A strided column is slow in elementwise ops: [H1], or [M, 1, 1, H1] for members.
+        z_weight = first.weight[..., 0].contiguous()
+        if z_weight.dim() == 2:
+            z_weight = z_weight[:, None, None, :]
+        state_part = linear(embedding, first.weight[..., 1:], first.bias)  # [(M,) U, H1]
+        hidden = torch.addcmul(state_part.unsqueeze(-2), nodes.view(-1, 1), z_weight).relu_()
+        hidden = hidden.flatten(-3, -2)  # [(M,) U * K, H1]; in-place ReLUs spare a copy per layer
         for layer in hidden_layers:
-            hidden = F.linear(hidden, layer.weight, layer.bias).relu_()
-        values = F.elu(F.linear(hidden, last.weight, last.bias)) + 1.0  # [U * K, A]
-        values = values.view(embedding.shape[0], nodes.shape[0], -1).transpose(1, 2)
-        return _full_precision(values.contiguous())  # [U, A, K]
+            hidden = linear(hidden, layer.weight, layer.bias).relu_()
+        values = F.elu(linear(hidden, last.weight, last.bias)) + 1.0  # [(M,) U * K, A]
+        values = values.view(*embedding.shape[:-1], nodes.shape[0], -1).transpose(-1, -2)
+        return _full_precision(values.contiguous())  # [(M,) U, A, K]
 
 
 class StateCurves(NamedTuple):
@@ -356,7 +362,9 @@ class StateCurves(NamedTuple):
     table: IntegralTable  # [U * A, K]: curve u * A + a is (distinct state u, action a)
     offset: Tensor  # [U * A]  b_a(s)
     log_scale: Tensor  # [U * A]  c_a(s)
-    inverse: Tensor  # [B]  the distinct state of each batch row
+    # [B]: the curves of batch row i are inverse[i] * A + a. Stacked members: [M, B], with
+    # the curves of every member's distinct states in one table.
+    inverse: Tensor
     n_actions: int
 
     def cdf(self, curve: Tensor, z: Tensor) -> Tensor:
@@ -375,32 +383,50 @@ class StateCurves(NamedTuple):
         scale = self.log_scale.index_select(0, curve).unsqueeze(-1).exp()
         return scale * integral + offset, scale * slope
 
+    def _rows_of(self, distinct: Tensor) -> Tensor:
+        """``[U * A, N]`` values of the distinct curves -> ``[B, A, N]`` (``[M, B, A, N]``)."""
+        rows = distinct.view(-1, self.n_actions, distinct.shape[-1])
+        rows = rows.index_select(0, self.inverse.flatten())
+        return rows.view(*self.inverse.shape, *rows.shape[1:])
+
     def monotone_of_all(self, z: Tensor) -> Tensor:
         """h(z) for every batch row and action at shared ``z[N]`` -> ``[B, A, N]``."""
         integral = interpolate_integral(self.table, z.unsqueeze(0))  # [U * A, N]
         distinct = self.log_scale.exp().unsqueeze(-1) * integral + self.offset.unsqueeze(-1)
-        return distinct.view(-1, self.n_actions, z.shape[-1]).index_select(0, self.inverse)
+        return self._rows_of(distinct)
 
     def cdf_of_rows(self, action: Tensor, z: Tensor) -> Tensor:
-        """F(z | s_i, a_i) for every batch row i -> ``[B, N]``."""
-        return self.cdf(self.inverse * self.n_actions + action, z)
+        """F(z | s_i, a_i) for every batch row i -> ``[B, N]`` (``[M, B, N]``; ``z`` is
+        ``[1, N]`` or one row per batch row)."""
+        curve = self.inverse * self.n_actions + action
+        if curve.dim() == 1:
+            return self.cdf(curve, z)
+        rows = z.reshape(-1, z.shape[-1])
+        return self.cdf(curve.flatten(), rows).view(*curve.shape, z.shape[-1])
 
     def cdf_of_all(self, z: Tensor) -> Tensor:
         """F(z | s_i, a) for every batch row and action at shared ``z[N]`` -> ``[B, A, N]``."""
         integral = interpolate_integral(self.table, z.unsqueeze(0))  # [U * A, N]
         distinct = umnn_cdf(integral, self.offset.unsqueeze(-1), self.log_scale.unsqueeze(-1))
-        return distinct.view(-1, self.n_actions, z.shape[-1]).index_select(0, self.inverse)
+        return self._rows_of(distinct)
 
 
 def umnn_state_curves(
     network: CDFNetwork, obs: Tensor, lattice: Lattice, rule: str
 ) -> StateCurves:
-    """Integrate the integrand once per distinct state of ``obs`` on ``lattice``."""
-    distinct, inverse = distinct_rows(obs)
+    """Integrate the integrand once per distinct state of ``obs[B, D]`` on ``lattice``.
+
+    A network of M stacked members takes ``obs[M, B, D]``: each member integrates once per
+    distinct state of its own rows (:func:`distinct_rows_of_members`).
+    """
+    if obs.dim() == 2:
+        distinct, inverse = distinct_rows(obs)
+    else:
+        distinct, inverse = distinct_rows_of_members(obs)
     embedding = network.embedding(distinct)
     offset, log_scale = network.condition(embedding)
     values = network.integrand_on_lattice(embedding, lattice.nodes(embedding))
-    table = integral_table(values.flatten(0, 1), lattice, rule)
+    table = integral_table(values.flatten(0, -2), lattice, rule)
     return StateCurves(
         table,
         _full_precision(offset).flatten(),
@@ -408,6 +434,23 @@ def umnn_state_curves(
         inverse,
         offset.shape[-1],
     )
+
+
+def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct rows of each member's ``obs[M, B, D]``, padded with zero rows to the
+    largest count ``U`` -> ``[M, U, D]``, and the index ``[M, B]`` of each row among the
+    ``M * U`` (member m's rows are ``m * U + u``)."""
+    members, rows, width = obs.shape
+    member = torch.arange(members, device=obs.device).repeat_interleave(rows)
+    # One sort for all: rows keyed by their member come out grouped by member, in order.
+    keyed = torch.cat([member.unsqueeze(1).to(obs.dtype), obs.flatten(0, 1)], dim=1)
+    distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    owner = distinct[:, 0].long()
+    counts = torch.bincount(owner, minlength=members)
+    slot = torch.arange(owner.shape[0], device=obs.device) - (counts.cumsum(0) - counts)[owner]
+    padded = obs.new_zeros(members, int(counts.max()), width)
+    padded[owner, slot] = distinct[:, 1:]
+    return padded, (owner * padded.shape[1] + slot)[inverse].view(members, rows)
 
 
 def distinct_rows(obs: Tensor) -> tuple[Tensor, Tensor]:
@@ -426,6 +469,7 @@ class UMDQNC(Agent):
     """UMDQN-C: a monotone CDF network trained with a Cramer loss (module docstring)."""
 
     config: UMDQNCConfig
+    supports_members = True
 
     def __init__(self, config: UMDQNCConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -485,6 +529,8 @@ class UMDQNC(Agent):
         return, so the integrand is evaluated once per distinct next state.
         """
         target = step_cdf(batch.reward, z)
+        if self.members is not None:
+            return self._stacked_bellman_target(batch, z, choose_action, target)
         bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
         if bootstrap.numel() == 0:
             return target
@@ -503,6 +549,31 @@ class UMDQNC(Agent):
         target[bootstrap] = curves.cdf_of_rows(action, shifted).to(target.dtype)
         return target
 
+    def _stacked_bellman_target(self, batch: Transitions, z: Tensor,
+                                choose_action: ChooseAction, target: Tensor) -> Tensor:
+        """:meth:`bellman_target` for stacked members ``[M, B]``: every row goes through the
+        network (the rows to bootstrap differ between members) and terminal rows keep the
+        step; the lattice covers the shifted returns of the bootstrapped rows only."""
+        bootstrap = batch.terminated == 0
+        if not bool(bootstrap.any()):
+            return target
+        problem, grid = self.problem, self.return_grid
+        shifted = (z - batch.reward.unsqueeze(-1)) / problem.gamma  # [M, B, N]
+        r_low, r_high = torch.stack(torch.aminmax(batch.reward[bootstrap])).tolist()
+        # Terminal rows take the next state of a bootstrapped row of their member: no
+        # integration for states whose values are not used.
+        first = bootstrap.to(torch.int8).argmax(-1)  # [M]; a member without any: row 0
+        stand_in = batch.next_obs[torch.arange(first.shape[0], device=first.device), first]
+        next_obs = torch.where(bootstrap.unsqueeze(-1), batch.next_obs, stand_in.unsqueeze(1))
+        curves = self.state_curves(
+            next_obs,
+            min(problem.return_min, (problem.return_min - r_high) / problem.gamma),
+            max(problem.return_max, (problem.return_max - r_low) / problem.gamma),
+        )
+        action = choose_action(from_cdf(grid, curves.cdf_of_all(grid)))  # [M, B]
+        bootstrapped = curves.cdf_of_rows(action, shifted).to(target.dtype)
+        return torch.where(bootstrap.unsqueeze(-1), bootstrapped, target)
+
     def loss(
         self, batch: Transitions, target: Agent, choose_action: ChooseAction
     ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -514,7 +585,7 @@ class UMDQNC(Agent):
         cdf = curves.cdf_of_rows(batch.action, z.unsqueeze(0))
         loss = cramer_loss(y, cdf) if self.config.loss == "cramer" else mse_loss(y, cdf)
         with torch.no_grad():  # E[Z(s_i, a_i)] on X, as from_cdf would give it
-            mean_return = (z[-1] - torch.trapezoid(cdf, z, dim=-1)).mean()
+            mean_return = (z[-1] - torch.trapezoid(cdf, z, dim=-1)).mean(-1)
         return loss, {"return_mean": mean_return}
 
     # -- reference ------------------------------------------------------------------------------

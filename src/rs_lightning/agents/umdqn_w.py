@@ -8,7 +8,7 @@ fraction tau by construction (no quantile crossing),
 
 (u(tau) below: an affine map of tau) with UMDQN-C's embedding h, positive integrand f (ELU + 1)
 and conditioner (b, c), and it is trained with the Wasserstein distance through its usual
-unbiased surrogate, the quantile Huber loss of QR-DQN (kappa = 1), as in the authors' code:
+unbiased surrogate, the quantile regression loss of QR-DQN (``kappa``: its Huber threshold):
 
     loss = sum_i mean_j rho^kappa_tau_i(r + gamma Q_target(tau_j | s', a*) - Q(tau_i | s, a)),
 
@@ -23,8 +23,28 @@ monotone in u is monotone in tau). With tau in [0, 1] the integrand's first laye
 an order of magnitude narrower than UMDQN-C's returns, so at initialisation it barely varies
 along tau, and a quantile function with a jump (a bimodal return: the risky paths of the grid
 worlds) is slow to learn; u in [-4, 4] (``fraction_scale: 8``) is the range UMDQN-C
-integrates over (on the bimodal chain of tests/test_agents.py, VaR_0.1 after 2,000 updates at
-lr 1e-4: -0.66 against -0.50 with tau itself; the loss's fixed point is -0.68).
+integrates over.
+
+Stability (risky rewards at alpha 0.5, VaR_0.1: with kappa 1 and the plain initialisation the
+greedy policy went from timeout loops to the orange path and back within one run). Two
+causes, two settings:
+
+- ``kappa`` (0.01, not QR-DQN's 1): the Huber quantiles of kappa 1 are not the quantiles of a
+  law whose modes lie further apart than kappa. They pull the low tail of the risky goal's
+  +-1 law towards its mean (VaR_0.1 -0.68 instead of -1.03), and every bootstrap applies the
+  pull again to a law already pulled, so the tail fades with each step back from the goal.
+  On the bimodal chain of tests/test_agents.py at lr 1e-4 (4,000 updates), kappa 1 gave
+  VaR_0.1 -0.45 at the goal state and -0.10 one step earlier (exact: -1.03, -0.93);
+  kappa 0.01 gave -0.85 to -1.2 and -0.68. With kappa -> 0 the loss is the quantile loss
+  itself, whose minimisers are the quantiles: the W1 projection. QR-DQN's independent
+  outputs can afford kappa 1 better than one smooth monotone function can.
+- ``initial_spread``: the conditioner's last layer starts at zero weights, with the offset
+  b at the centre of [return_min, return_max] and the log-scale c such that Q(1) - Q(0) is
+  ``initial_spread`` times the support's width (the integrand is about 1 at initialisation).
+  Xavier initialisation gave quantile functions 6 to 14 wide (VaR_0.1 about -3, differing
+  by +-1 between actions), several times the support: a bootstrapped target shrinks that
+  spread only by gamma per target-network period, so for thousands of updates the utility
+  compared initialisation noise, and every state and action now starts alike instead.
 
 The acting distribution is the N quantiles Q(tau_i | s, a), equally weighted
 (:func:`from_quantiles`). Evaluation reuses UMDQN-C's fast path: the integrand once per
@@ -34,11 +54,12 @@ interpolant of the table at the fractions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from omegaconf import MISSING
-from torch import Tensor
+from torch import Tensor, nn
 
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
 from rs_lightning.agents.qr_dqn import check_quantile_loss, midpoint_fractions, quantile_huber_loss
@@ -60,6 +81,7 @@ class UMDQNWConfig(UMNNConfig):
     n_quantiles: int = MISSING  # N: fractions (2i + 1) / (2N) of the loss and of acting
     kappa: float = MISSING  # Huber threshold of the quantile loss
     fraction_scale: float = MISSING  # the network integrates over u = scale * (tau - 1/2)
+    initial_spread: float = MISSING  # initial Q(1) - Q(0), as a share of the return support
 
     def check(self) -> None:
         super().check()
@@ -67,6 +89,10 @@ class UMDQNWConfig(UMNNConfig):
         if not self.fraction_scale > 0:
             raise ValueError(
                 f"agent.fraction_scale: must be a positive float, got {self.fraction_scale}"
+            )
+        if not self.initial_spread > 0:
+            raise ValueError(
+                f"agent.initial_spread: must be a positive float, got {self.initial_spread}"
             )
         if not self.integration_step <= self.fraction_scale / 2:
             raise ValueError(
@@ -83,7 +109,9 @@ class UMDQNW(Agent):
 
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
         super().__init__(config, problem)
+        problem.check_return_support()
         self.network = CDFNetwork(problem, config)
+        self._initialise_conditioner()
         half = 0.5 * config.fraction_scale
         self.lattice = covering_lattice(
             -half, half, config.integration_step, even=config.integration_rule == "simpson"
@@ -92,6 +120,19 @@ class UMDQNW(Agent):
         self.register_buffer("fractions", fractions, persistent=False)
         # Where the network reads the quantile of each fraction.
         self.register_buffer("points", config.fraction_scale * (fractions - 0.5), persistent=False)
+
+    def _initialise_conditioner(self) -> None:
+        """Start every state and action from the same quantile function, centred on the
+        return support and ``initial_spread`` times its width wide (module docstring)."""
+        problem, config = self.problem, self.config
+        last = [m for m in self.network.conditioner if isinstance(m, nn.Linear)][-1]
+        n_actions = problem.n_actions
+        width = config.initial_spread * (problem.return_max - problem.return_min)
+        with torch.no_grad():
+            last.weight.zero_()
+            last.bias[:n_actions] = 0.5 * (problem.return_min + problem.return_max)
+            # Q(1) - Q(0) = exp(c) * integral of f over u in [-scale / 2, scale / 2], f ~ 1.
+            last.bias[n_actions:] = math.log(width / config.fraction_scale)
 
     def quantile_curves(self, obs: Tensor) -> StateCurves:
         """The integral table over u (all of [0, 1] in tau) of every distinct state of ``obs``."""

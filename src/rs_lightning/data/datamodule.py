@@ -20,6 +20,11 @@ from torch.utils.data import IterableDataset
 
 from rs_lightning.agents.base import Problem, Transitions
 from rs_lightning.data.replay import ReplayBuffer
+from rs_lightning.data.vector_collection import (
+    BatchPolicy,
+    VectorEnvCollector,
+    VectorExperienceStream,
+)
 from rs_lightning.envs.factory import make_env, observation_size
 
 Policy = Callable[[np.ndarray, int], int]
@@ -37,10 +42,12 @@ class ExperienceBatch(NamedTuple):
 class EnvCollector:
     """Steps one environment with a policy and fills the replay memory."""
 
-    def __init__(self, env: gym.Env, replay: ReplayBuffer, reward_clip: float | None, seed: int):
+    def __init__(self, env: gym.Env, replay: ReplayBuffer, reward_clip: float | None, seed: int,
+                 reward_scale: float = 1.0):
         self.env = env
         self.replay = replay
         self.reward_clip = reward_clip
+        self.reward_scale = reward_scale  # rewards are learnt as r * reward_scale, then clipped
         self.obs, _ = env.reset(seed=seed)
         self.env_steps = 0
         self.episodes = 0
@@ -52,9 +59,9 @@ class EnvCollector:
         action = policy(self.obs, self.env_steps)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         reward = float(reward)
-        clipped = reward
+        clipped = reward * self.reward_scale
         if self.reward_clip is not None:
-            clipped = min(max(reward, -self.reward_clip), self.reward_clip)
+            clipped = min(max(clipped, -self.reward_clip), self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
         self.replay.add(self.obs, action, clipped, next_obs, terminated)
         self.env_steps += 1
@@ -138,44 +145,62 @@ class EnvDataModule(pl.LightningDataModule):
         self.replay_capacity = replay_capacity
         self.warmup_steps = warmup_steps
         self.seed = seed
-        self.collector: EnvCollector | None = None
+        self.collector: EnvCollector | VectorEnvCollector | None = None
         self.policy: Policy | None = None
+        self.batch_policy: BatchPolicy | None = None  # used with env.num_envs > 1 if given
 
     def setup(self, stage: str | None = None) -> None:
         if self.collector is not None:  # called by the user before fit, then by Lightning
             return
         env = make_env(self.env_config)
         replay = ReplayBuffer(self.replay_capacity, observation_size(env), seed=self.seed + 1)
-        self.collector = EnvCollector(env, replay, self.env_config.reward_clip, seed=self.seed)
+        reward_scale = getattr(self.env_config, "reward_scale", 1.0)
+        num_envs = getattr(self.env_config, "num_envs", 1)
+        self.spaces = (observation_size(env), int(env.action_space.n))
+        if num_envs > 1:  # several copies stepped together (data/vector_collection.py)
+            env.close()
+            self.collector = VectorEnvCollector(
+                self.env_config, num_envs, replay, self.env_config.reward_clip, seed=self.seed,
+                reward_scale=reward_scale,
+            )
+            return
+        self.collector = EnvCollector(env, replay, self.env_config.reward_clip, seed=self.seed,
+                                      reward_scale=reward_scale)
 
     @property
     def problem(self) -> Problem:
         self.setup()
-        env = self.collector.env
+        obs_dim, n_actions = self.spaces
         return Problem(
-            obs_dim=observation_size(env),
-            n_actions=int(env.action_space.n),
+            obs_dim=obs_dim,
+            n_actions=n_actions,
             gamma=self.env_config.gamma,
             return_min=self.env_config.return_min,
             return_max=self.env_config.return_max,
         )
 
-    def attach_policy(self, policy: Policy) -> None:
-        """The policy that chooses the actions (the module's epsilon-greedy on the utility)."""
+    def attach_policy(self, policy: Policy, batch_policy: BatchPolicy | None = None) -> None:
+        """The policy that chooses the actions (the module's epsilon-greedy on the utility);
+        ``batch_policy``, the same for a batch of observations, serves ``env.num_envs > 1``."""
         self.policy = policy
+        self.batch_policy = batch_policy
 
     def train_dataloader(self) -> ExperienceStream:
         if self.policy is None:
             raise RuntimeError("EnvDataModule needs a policy: call attach_policy() before fit")
         # Lightning iterates any iterable; the stream yields whole batches already, so a
         # DataLoader around it would only add per-step overhead.
+        if isinstance(self.collector, VectorEnvCollector):
+            return VectorExperienceStream(self.collector, self.policy, self.batch_size,
+                                          self.warmup_steps, self.batch_policy)
         return ExperienceStream(self.collector, self.policy, self.batch_size, self.warmup_steps)
 
     def state_dict(self) -> dict[str, Any]:
         if self.collector is None:
             return {}
         # The env id lets a resume refuse a checkpoint of another environment.
-        return {"collector": self.collector.state_dict(), "env_id": self.env_config.id}
+        return {"collector": self.collector.state_dict(), "env_id": self.env_config.id,
+                "num_envs": getattr(self.env_config, "num_envs", 1)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.setup()

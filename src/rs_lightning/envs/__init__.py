@@ -30,6 +30,8 @@ _ENTRY_POINTS = {
     "rs_lightning/RiskyRewards-v0": "rs_lightning.envs.grid_worlds:RiskyRewards",
     "rs_lightning/RiskyTransitions-v0": "rs_lightning.envs.grid_worlds:RiskyTransitions",
     "rs_lightning/RiskyGridWorld-v0": "rs_lightning.envs.grid_worlds:RiskyGridWorld",
+    # gymnasium's CliffWalking-v1 with a chosen slip probability (envs/cliff_walking.py).
+    "rs_lightning/SlipperyCliffWalking-v0": "rs_lightning.envs.cliff_walking:SlipperyCliffWalking",
 }
 
 # The registry is process-wide: a re-import (importlib.reload, test collection) must not

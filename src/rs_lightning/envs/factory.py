@@ -5,35 +5,46 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from rs_lightning.envs.gym_support import adapt_spaces
 from rs_lightning.errors import ConfigError
+
+# Environments whose dependency is an optional extra of this package: the extra to install.
+_EXTRAS = {"Box2D": "box2d", "box2d": "box2d"}
 
 
 def make_env(config) -> gym.Env:
-    """``gymnasium.make(config.id, **config.kwargs)`` with a clear error for a bad id or space."""
+    """``gymnasium.make(config.id, **config.kwargs)`` adapted for the agents (one-hot Discrete
+    observations, optional normalisation; see :mod:`rs_lightning.envs.gym_support`), with a
+    clear error for a bad id, a missing dependency or an unsupported space."""
     import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
 
     kwargs = dict(config.kwargs or {})
+    max_episode_steps = getattr(config, "max_episode_steps", None)
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
     try:
         # The checker runs in the tests; a training loop does not pay for its wrapper.
         env = gym.make(config.id, disable_env_checker=True, **kwargs)
+    except (gym.error.DependencyNotInstalled, ImportError) as error:
+        raise ConfigError("env.id", _missing_dependency(config.id, error)) from None
     except gym.error.Error as error:
         raise ConfigError(
             "env.id", f"{config.id!r} is not a registered gymnasium id ({error})"
         ) from None
     except TypeError as error:
         raise ConfigError("env.kwargs", f"{config.id!r} rejects these arguments: {error}") from None
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ConfigError(
-            "env.id",
-            f"{config.id!r} has action space {env.action_space}; only Discrete actions are supported",
-        )
-    space = env.observation_space
-    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-        raise ConfigError(
-            "env.id",
-            f"{config.id!r} has observation space {space}; supported: a 1-D Box",
-        )
-    return env
+    except ValueError as error:  # an environment's own check of its arguments
+        raise ConfigError("env.kwargs", f"{config.id!r}: {error}") from None
+    return adapt_spaces(env, config.id, getattr(config, "observation_normalization", "none"))
+
+
+def _missing_dependency(env_id: str, error: Exception) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    extra = next((name for key, name in _EXTRAS.items() if key in text), None)
+    if extra is not None:
+        return (f"{env_id!r} needs the optional extra '{extra}': "
+                f"pip install -e \".[{extra}]\" ({text})")
+    return f"{env_id!r} cannot be made: a module it needs is missing ({text})"
 
 
 def observation_size(env: gym.Env) -> int:

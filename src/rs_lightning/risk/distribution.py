@@ -44,10 +44,11 @@ class ReturnDistribution(NamedTuple):
         return ReturnDistribution(self.values[index], self.probs[index])
 
     def gather_actions(self, actions: Tensor) -> "ReturnDistribution":
-        """Select one action per batch row from a ``[B, A, K]`` distribution -> ``[B, K]``."""
-        index = actions.long().view(-1, 1, 1).expand(-1, 1, self.values.shape[-1])
+        """Select one action per batch row from a ``[..., B, A, K]`` distribution with
+        ``actions[..., B]`` -> ``[..., B, K]``."""
+        index = actions.long()[..., None, None].expand(*actions.shape, 1, self.values.shape[-1])
         return ReturnDistribution(
-            self.values.gather(1, index).squeeze(1), self.probs.gather(1, index).squeeze(1)
+            self.values.gather(-2, index).squeeze(-2), self.probs.gather(-2, index).squeeze(-2)
         )
 
 

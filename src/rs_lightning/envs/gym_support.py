@@ -1,0 +1,158 @@
+"""Any gymnasium environment as the agents see it: a flat float observation, Discrete actions.
+
+:func:`adapt_spaces` wraps an environment so that every agent can use it, or refuses it with a
+:class:`~rs_lightning.errors.ConfigError` saying what is supported:
+
+- observations: a 1-D ``Box`` is fed to the networks as it is (optionally normalised, below);
+  a ``Discrete`` one is one-hot encoded (:class:`OneHotObservation`). Anything else (images
+  and other multi-dimensional boxes, tuples, dicts, multi-discrete) is refused: it needs a
+  wrapper of the user's that flattens it or extracts features first.
+- actions: ``Discrete`` only (a ``start`` other than 0 is shifted, :class:`ShiftedActions`);
+  continuous and multi-discrete actions are refused.
+- ``observation_normalization: bounds`` maps every dimension of a Box with finite bounds
+  affinely onto [-1, 1] (:class:`BoundsNormalizedObservation`); unbounded dimensions pass
+  through unchanged. It is stateless, so training, evaluation and resumed runs see the same
+  observations.
+
+:func:`discounted_return_bounds` is the rule the README gives for choosing the return support
+[return_min, return_max] of an environment.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from rs_lightning.errors import ConfigError
+
+OBSERVATION_NORMALIZATIONS = ("none", "bounds")
+
+# A bound beyond this is treated as unbounded (gymnasium writes "no bound" as inf or as the
+# float32 maximum, as CartPole's velocities do).
+_LARGEST_FINITE_BOUND = 1e6
+
+SUPPORTED_OBSERVATIONS = (
+    "supported: a 1-D Box (fed to the network as it is) or Discrete (one-hot encoded); "
+    "images and other spaces need a wrapper that flattens them or extracts features"
+)
+SUPPORTED_ACTIONS = "supported: Discrete actions only (continuous or multi-discrete actions are not)"
+
+
+class OneHotObservation(gym.ObservationWrapper):
+    """A ``Discrete(n, start)`` observation as a float32 one-hot vector of length ``n``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        self.n = int(space.n)
+        self.start = int(space.start)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.n,), np.float32)
+
+    def observation(self, observation) -> np.ndarray:
+        return one_hot(int(observation) - self.start, self.n)
+
+
+def one_hot(index: int, size: int) -> np.ndarray:
+    encoded = np.zeros(size, dtype=np.float32)
+    encoded[index] = 1.0
+    return encoded
+
+
+def bounds_normalization(
+    low: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centre, half width, bounded) of the affine map of each dimension onto [-1, 1]; a
+    dimension without finite bounds (``bounded`` False) gets (0, 1), the identity."""
+    low = np.asarray(low, dtype=np.float64)
+    high = np.asarray(high, dtype=np.float64)
+    bounded = (
+        np.isfinite(low) & np.isfinite(high)
+        & (np.abs(low) < _LARGEST_FINITE_BOUND) & (np.abs(high) < _LARGEST_FINITE_BOUND)
+        & (high > low)
+    )
+    low, high = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
+    centre = np.where(bounded, (low + high) / 2, 0.0)
+    half_width = np.where(bounded, (high - low) / 2, 1.0)
+    return centre.astype(np.float32), half_width.astype(np.float32), bounded
+
+
+class BoundsNormalizedObservation(gym.ObservationWrapper):
+    """Each bounded dimension of a 1-D Box mapped affinely onto [-1, 1]; others unchanged."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        self.centre, self.half_width, bounded = bounds_normalization(space.low, space.high)
+        low = np.where(bounded, -1.0, space.low).astype(np.float32)
+        high = np.where(bounded, 1.0, space.high).astype(np.float32)
+        self.observation_space = gym.spaces.Box(low, high, space.shape, np.float32)
+
+    def observation(self, observation) -> np.ndarray:
+        return ((np.asarray(observation, dtype=np.float32) - self.centre) / self.half_width)
+
+
+class ShiftedActions(gym.ActionWrapper):
+    """``Discrete(n, start)`` actions seen by the agent as 0 .. n-1."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.start = int(env.action_space.start)
+        self.action_space = gym.spaces.Discrete(int(env.action_space.n))
+
+    def action(self, action):
+        return int(action) + self.start
+
+
+def has_bounded_dimension(space: gym.spaces.Box) -> bool:
+    return bool(bounds_normalization(space.low, space.high)[2].any())
+
+
+def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "none") -> gym.Env:
+    """``env`` wrapped for the agents, or ConfigError naming ``env.id`` and what is supported."""
+    action_space = env.action_space
+    if not isinstance(action_space, gym.spaces.Discrete):
+        env.close()
+        raise ConfigError(
+            "env.id", f"{env_id!r} has action space {action_space}; {SUPPORTED_ACTIONS}"
+        )
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Discrete):
+        env = OneHotObservation(env)
+    elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        if observation_normalization == "bounds":
+            if not has_bounded_dimension(space):
+                env.close()
+                raise ConfigError(
+                    "env.observation_normalization",
+                    f"bounds needs finite observation bounds, and {env_id!r} has none; use none",
+                )
+            env = BoundsNormalizedObservation(env)
+    else:
+        kind = "an image" if isinstance(space, gym.spaces.Box) and len(space.shape) >= 2 else ""
+        env.close()
+        raise ConfigError(
+            "env.id",
+            f"{env_id!r} has observation space {space}{' (' + kind + ')' if kind else ''}; "
+            f"{SUPPORTED_OBSERVATIONS}",
+        )
+    if int(action_space.start) != 0:
+        env = ShiftedActions(env)
+    return env
+
+
+def discounted_return_bounds(
+    reward_min: float, reward_max: float, gamma: float, horizon: int | None
+) -> tuple[float, float]:
+    """The smallest and largest discounted return of an episode of at most ``horizon`` steps
+    whose rewards lie in [reward_min, reward_max] (``horizon`` None: unbounded episodes).
+
+    A reward r earned every step for H steps is worth r (1 - gamma^H) / (1 - gamma); the
+    support of the learnt law must hold the returns the agent can meet, so this (after
+    reward scaling and clipping) is the widest sensible [return_min, return_max].
+    """
+    if not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma must be in [0, 1), got {gamma}")
+    steps_worth = 1.0 / (1.0 - gamma) if horizon is None else (1.0 - gamma**horizon) / (1.0 - gamma)
+    low = min(reward_min, 0.0) * steps_worth + max(reward_min, 0.0)
+    high = max(reward_max, 0.0) * steps_worth + min(reward_max, 0.0)
+    return low, high

@@ -1,0 +1,175 @@
+"""Results on gymnasium environments: time to a return threshold, the alpha trade-off, and
+where a cliff-walking policy walks.
+
+    python -m rs_lightning.gym_results reach <run folder>... --threshold 475
+    python -m rs_lightning.gym_results tradeoff <sweep folder> --out tradeoff.png
+    python -m rs_lightning.gym_results heatmap <run folder>... --out heatmap.png
+
+- ``reach``: the first periodic evaluation (``eval_history.jsonl``) whose mean return is at
+  least the threshold: its update and environment step (CartPole-v1 is solved at 475).
+- ``tradeoff``: E against VaR of the final evaluations of a sweep over alpha (mean and
+  standard deviation over seeds), one point per alpha: the price in expectation of a better
+  lower tail.
+- ``heatmap``: how often the greedy policy of each run visits each cell of the cliff-walking
+  grid (Monte Carlo episodes of the run's own environment), one panel per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------- pure functions
+def first_reaching(history: Iterable[dict[str, Any]], threshold: float,
+                   key: str = "expectation") -> Optional[dict[str, Any]]:
+    """The first record of ``history`` (in step order) whose ``key`` is at least ``threshold``."""
+    for record in sorted(history, key=lambda r: r["step"]):
+        if record.get(key, -np.inf) >= threshold:
+            return record
+    return None
+
+
+def tradeoff_points(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
+    """Mean and standard deviation over seeds of E and VaR for each alpha, by alpha."""
+    by_alpha: dict[float, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_alpha.setdefault(float(row["alpha"]), []).append(row)
+    points = []
+    for alpha, runs in sorted(by_alpha.items()):
+        e = np.array([r["expectation"] for r in runs])
+        v = np.array([r["var"] for r in runs])
+        points.append({"alpha": alpha, "seeds": len(runs), "expectation": float(e.mean()),
+                       "expectation_std": float(e.std(ddof=1)) if len(runs) > 1 else 0.0,
+                       "var": float(v.mean()),
+                       "var_std": float(v.std(ddof=1)) if len(runs) > 1 else 0.0})
+    return points
+
+
+def visit_counts(states: Iterable[int], shape: tuple[int, int]) -> np.ndarray:
+    """How often each cell of a ``shape`` grid appears among the state indices ``states``."""
+    counts = np.bincount(np.asarray(list(states), dtype=int), minlength=shape[0] * shape[1])
+    return counts[: shape[0] * shape[1]].reshape(shape)
+
+
+# ----------------------------------------------------------------------- reading runs
+def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "eval_history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
+    """Visits per cell of the cliff-walking grid by a run's greedy policy over ``episodes``."""
+    import torch
+
+    from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
+    from rs_lightning.envs.factory import make_env
+    from rs_lightning.runs import load_run
+
+    run = load_run(run_dir)
+    env = make_env(run.settings.train.env)
+    states = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            states.append(int(env.unwrapped.s))
+            action = int(run.module.greedy(torch.as_tensor(obs).unsqueeze(0))[0])
+            obs, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+        states.append(int(env.unwrapped.s))
+    return visit_counts(states, (ROWS, COLUMNS))
+
+
+# ----------------------------------------------------------------------- figures
+def plot_tradeoff(points: list[dict[str, float]], out: Path, title: str = "") -> None:
+    from rs_lightning.plots import _pyplot, _save
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    x = [p["var"] for p in points]
+    y = [p["expectation"] for p in points]
+    ax.errorbar(x, y, xerr=[p["var_std"] for p in points], yerr=[p["expectation_std"] for p in points],
+                fmt="o-", capsize=3)
+    for p in points:
+        ax.annotate(f"alpha={p['alpha']:g}", (p["var"], p["expectation"]), fontsize=8,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("VaR of the episode return")
+    ax.set_ylabel("E of the episode return")
+    ax.set_title(title or "E against VaR over alpha (mean, std over seeds)")
+    ax.grid(alpha=0.3)
+    _save(fig, out)
+
+
+def plot_heatmaps(panels: list[tuple[str, np.ndarray]], out: Path) -> None:
+    from rs_lightning.plots import _pyplot, _save
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), squeeze=False)
+    for ax, (label, counts) in zip(axes[:, 0], panels):
+        share = counts / max(counts.sum(), 1)
+        image = ax.imshow(share, cmap="viridis")
+        rows, columns = counts.shape
+        ax.add_patch(plt.Rectangle((0.5, rows - 1.5), columns - 2, 1, fill=False, hatch="//",
+                                   edgecolor="tab:red", lw=1.5))  # the cliff
+        ax.set_xticks(range(columns))
+        ax.set_yticks(range(rows))
+        ax.set_title(label, fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.02, label="share of visits")
+    fig.suptitle("Cells visited by the greedy policy (the cliff hatched)")
+    _save(fig, out)
+
+
+# ----------------------------------------------------------------------- command line
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    reach = commands.add_parser("reach", help="first evaluation reaching a mean return")
+    reach.add_argument("run_dirs", type=Path, nargs="+")
+    reach.add_argument("--threshold", type=float, default=475.0)
+    trade = commands.add_parser("tradeoff", help="E against VaR over alpha of a sweep")
+    trade.add_argument("sweep_dir", type=Path)
+    trade.add_argument("--out", type=Path, default=None)
+    heat = commands.add_parser("heatmap", help="cells visited by greedy cliff-walking policies")
+    heat.add_argument("run_dirs", type=Path, nargs="+")
+    heat.add_argument("--episodes", type=int, default=200)
+    heat.add_argument("--out", type=Path, default=Path("cliff_heatmap.png"))
+    args = parser.parse_args(argv)
+
+    if args.command == "reach":
+        print("run | update | env steps | mean return")
+        for run_dir in args.run_dirs:
+            record = first_reaching(read_history(run_dir), args.threshold)
+            if record is None:
+                print(f"{run_dir} | not reached | | max {max(r['expectation'] for r in read_history(run_dir)):.1f}")
+            else:
+                print(f"{run_dir} | {record['step']} | {record['env_steps']} | {record['expectation']:.1f}")
+        return 0
+    if args.command == "tradeoff":
+        from rs_lightning.results import collect
+
+        points = tradeoff_points(collect(args.sweep_dir))
+        out = args.out or args.sweep_dir / "tradeoff.png"
+        plot_tradeoff(points, out)
+        for p in points:
+            print(f"alpha {p['alpha']:g} ({p['seeds']} seeds): E {p['expectation']:.3f} "
+                  f"± {p['expectation_std']:.3f}, VaR {p['var']:.3f} ± {p['var_std']:.3f}")
+        print(f"-> {out}")
+        return 0
+    panels = []
+    for run_dir in args.run_dirs:
+        config = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
+        label = f"{run_dir.name}: alpha {config.get('alpha', '?')}, E {config.get('expectation', float('nan')):.2f}, VaR {config.get('var', float('nan')):.2f}"
+        panels.append((label, greedy_visits(run_dir, args.episodes)))
+    plot_heatmaps(panels, args.out)
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

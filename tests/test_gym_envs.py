@@ -1,0 +1,417 @@
+"""Any gymnasium environment: spaces, refusals, presets, reward scaling, vector collection,
+the cliff-walking preset's risk property (exact dynamic programming) and evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import tests.gym_test_envs  # noqa: F401  (registers TinyImage-v0, ShiftedCounter-v0)
+from rs_lightning.data.datamodule import EnvCollector
+from rs_lightning.data.replay import ReplayBuffer
+from rs_lightning.data.vector_collection import (
+    VectorEnvCollector,
+    VectorExperienceStream,
+    learning_reward,
+)
+from rs_lightning.envs.cliff_walking import (
+    COLUMNS,
+    START_STATE,
+    SlipperyCliffWalking,
+    cell_of,
+    exact_return_distribution,
+    lane_policy,
+    lower_quantile,
+    nominal_path,
+    optimal_expected_values,
+)
+from rs_lightning.envs.factory import make_env
+from rs_lightning.envs.gym_support import bounds_normalization, discounted_return_bounds
+from rs_lightning.errors import ConfigError
+from rs_lightning.schema import EnvSection
+from rs_lightning.train import run
+from tests.conftest import CONF, ROOT
+
+PRESETS = ("cartpole", "cliff_walking", "frozen_lake", "lunar_lander")
+
+
+def env_section(**fields) -> EnvSection:
+    base = dict(id="CartPole-v1", kwargs={}, gamma=0.99, reward_clip=None, return_min=0.0,
+                return_max=1.0)
+    return EnvSection(**{**base, **fields})
+
+
+def preset(name: str) -> EnvSection:
+    node = OmegaConf.merge(OmegaConf.structured(EnvSection), OmegaConf.load(CONF / "env" / f"{name}.yaml"))
+    return OmegaConf.to_object(node)
+
+
+def box2d_installed() -> bool:
+    try:
+        import Box2D  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------ observation spaces
+@pytest.mark.parametrize("env_id, kwargs, cells", [
+    ("FrozenLake-v1", {"map_name": "8x8"}, 64),
+    ("CliffWalking-v1", {}, 48),
+    ("rs_lightning/SlipperyCliffWalking-v0", {"slip_probability": 0.1}, 48),
+])
+def test_discrete_observations_are_one_hot(env_id, kwargs, cells):
+    env = make_env(env_section(id=env_id, kwargs=kwargs))
+    assert env.observation_space.shape == (cells,)
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == np.float32 and obs.sum() == 1.0
+    start = int(np.argmax(obs))
+    assert start == env.unwrapped.s  # the hot index is the state
+    obs, *_ = env.step(1)
+    assert obs.sum() == 1.0 and int(np.argmax(obs)) == env.unwrapped.s
+
+
+def test_discrete_spaces_with_a_start_are_shifted():
+    env = make_env(env_section(id="tests.gym_test_envs:ShiftedCounter-v0"))
+    assert env.action_space == gym.spaces.Discrete(3)
+    obs, _ = env.reset(seed=0)
+    assert obs.tolist() == [0, 0, 1, 0, 0]  # observation 12 of Discrete(5, start=10)
+    obs, reward, *_ = env.step(2)  # the agent's action 2 is the env's +1
+    assert obs.tolist() == [0, 0, 0, 1, 0] and reward == 3.0
+
+
+def test_box_observations_are_fed_as_they_are():
+    raw = gym.make("CartPole-v1")
+    env = make_env(env_section(observation_normalization="none"))
+    assert env.observation_space == raw.observation_space
+    assert np.array_equal(env.reset(seed=3)[0], raw.reset(seed=3)[0])
+
+
+def test_bounds_normalisation_maps_finite_bounds_onto_minus_one_one():
+    centre, half, bounded = bounds_normalization(np.array([-4.8, -np.inf, 0.0, -3.4e38]),
+                                                 np.array([4.8, np.inf, 2.0, 3.4e38]))
+    assert centre.tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert half.tolist() == pytest.approx([4.8, 1.0, 1.0, 1.0])
+    assert bounded.tolist() == [True, False, True, False]
+
+    raw = gym.make("CartPole-v1")
+    env = make_env(env_section(observation_normalization="bounds"))
+    obs, raw_obs = env.reset(seed=5)[0], raw.reset(seed=5)[0]
+    assert obs[0] == pytest.approx(raw_obs[0] / 4.8) and obs[2] == pytest.approx(raw_obs[2] / 0.41887903)
+    assert obs[1] == raw_obs[1] and obs[3] == raw_obs[3]  # unbounded velocities unchanged
+    assert env.observation_space.low[0] == -1.0 and env.observation_space.high[2] == 1.0
+
+
+def test_bounds_normalisation_needs_a_bounded_dimension():
+    make_env(env_section(id="tests.gym_test_envs:Unbounded-v0"))  # fed as it is: fine
+    with pytest.raises(ConfigError) as error:
+        make_env(env_section(id="tests.gym_test_envs:Unbounded-v0", observation_normalization="bounds"))
+    assert error.value.key == "env.observation_normalization" and "use none" in str(error.value)
+
+
+# ------------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("env_id, kwargs, words", [
+    ("Pendulum-v1", {}, "supported: Discrete actions only"),
+    ("MountainCarContinuous-v0", {}, "supported: Discrete actions only"),
+    ("tests.gym_test_envs:TinyImage-v0", {}, "(an image); supported: a 1-D Box"),
+    ("Blackjack-v1", {}, "Tuple(Discrete(32), Discrete(11), Discrete(2)); supported: a 1-D Box"),
+])
+def test_unsupported_spaces_are_refused_saying_what_is_supported(env_id, kwargs, words):
+    with pytest.raises(ConfigError) as error:
+        make_env(env_section(id=env_id, kwargs=kwargs))
+    assert error.value.key == "env.id"
+    assert str(error.value).startswith(f"env.id: {env_id!r} has ") and words in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def train_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="offline")
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["env=gym", "env.id=Pendulum-v1"],
+     "Error in config: env.id: 'Pendulum-v1' has action space Box(-2.0, 2.0, (1,), float32); "
+     "supported: Discrete actions only"),
+    (["env=gym", "env.id=tests.gym_test_envs:TinyImage-v0"],
+     "Error in config: env.id: 'tests.gym_test_envs:TinyImage-v0' has observation space "
+     "Box(0, 255, (8, 8, 3), uint8) (an image); supported: a 1-D Box"),
+    (["env=gym"], "Error in config: env.id: a value is required here"),
+], ids=["continuous actions", "image observations", "no id"])
+def test_unsupported_environment_on_the_command_line(tmp_path, args, line):
+    result = train_cli(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    lines = [text for text in result.stderr.splitlines() if text.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(line), result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_box2d_names_the_extra_to_install(monkeypatch):
+    # As on a machine without Box2D: its import fails and gymnasium's module is not loaded yet.
+    monkeypatch.setitem(sys.modules, "Box2D", None)
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ConfigError) as error:
+        make_env(preset("lunar_lander"))
+    assert error.value.key == "env.id"
+    assert "'LunarLander-v3' needs the optional extra 'box2d': pip install -e \".[box2d]\"" in str(error.value)
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("reward_scale", 0.0, "must be positive"),
+    ("num_envs", 0, "must be a positive integer"),
+    ("max_episode_steps", 0, "must be a positive integer or null"),
+    ("observation_normalization", "zscore", "must be one of none, bounds"),
+])
+def test_bad_env_settings_name_the_key(compose, key, value, allowed):
+    from rs_lightning.schema import validate
+
+    with pytest.raises(ConfigError) as error:
+        validate(compose(["env=cartpole", f"env.{key}={value}"]))
+    assert error.value.key == f"env.{key}" and allowed in str(error.value)
+
+
+# ------------------------------------------------------------------------ settings
+def test_discounted_return_bounds():
+    assert discounted_return_bounds(0.01, 0.01, 0.99, 500) == pytest.approx((0.01, 0.01 * (1 - 0.99**500) / 0.01))
+    low, high = discounted_return_bounds(-1.0, 1.0, 0.9, None)
+    assert low == pytest.approx(-10.0) and high == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        discounted_return_bounds(0, 1, 1.0, 10)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_cover_the_returns_of_their_rewards(name):
+    section = preset(name)
+    if name == "lunar_lander" and not box2d_installed():
+        pytest.skip("needs the box2d extra")
+    env = make_env(section)
+    assert isinstance(env.action_space, gym.spaces.Discrete)
+    assert env.spec.max_episode_steps == section.max_episode_steps
+    assert section.return_min < section.return_max and 0 < section.gamma < 1
+
+
+def test_reward_scale_is_applied_for_learning_and_returns_stay_unscaled():
+    assert learning_reward(-10.0, 0.1, None) == -1.0 and learning_reward(-10.0, 0.1, 0.5) == -0.5
+    env = make_env(env_section(id="CartPole-v1"))
+    replay = ReplayBuffer(600, 4, seed=0)
+    collector = EnvCollector(env, replay, reward_clip=None, seed=0, reward_scale=0.01)
+    while not collector.ended_returns:
+        collector.step(lambda obs, step: 0)
+    steps = collector.env_steps
+    assert torch.allclose(replay.reward[:steps], torch.full((steps,), 0.01))
+    assert collector.ended_returns == [float(steps)]
+
+
+# ------------------------------------------------------------------------ cliff walking
+def test_slip_probability_zero_is_gymnasiums_cliff_walking():
+    ours = SlipperyCliffWalking(slip_probability=0.0, cliff_reward=-100)
+    theirs = gym.make("CliffWalking-v1").unwrapped
+    assert {s: {a: [(p, s2, float(r), d) for p, s2, r, d in o] for a, o in acts.items()}
+            for s, acts in theirs.P.items()} == ours.P
+
+
+def test_slips_go_sideways_with_the_chosen_probability():
+    env = SlipperyCliffWalking(slip_probability=0.2, cliff_reward=-10)
+    outcomes = env.P[2 * COLUMNS + 5][1]  # moving right next to the cliff
+    assert [(p, cell_of(s), r) for p, s, r, _ in outcomes] == [
+        (0.8, (2, 6), -1.0), (0.1, (1, 5), -1.0), (pytest.approx(0.1), (3, 0), -10.0),
+    ]
+    assert all(sum(p for p, *_ in o) == pytest.approx(1.0) for acts in env.P.values() for o in acts.values())
+
+
+def test_cliff_walking_reports_falls_as_the_risk_outcome():
+    env = gym.make("rs_lightning/SlipperyCliffWalking-v0", slip_probability=0.0, cliff_reward=-10)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(1)  # right from the start: into the cliff
+    assert reward == -10.0 and info["risk_outcome"] == -1.0
+    env.reset(seed=0)
+    for action in [0] + [1] * 11:
+        *_, info = env.step(action)
+        assert info["risk_outcome"] == 0.0
+    _, _, terminated, _, info = env.step(2)
+    assert terminated and info["risk_outcome"] == 1.0
+
+
+def test_cliff_walking_preset_expectation_path_hugs_the_cliff_and_var_averse_path_keeps_away():
+    """By exact dynamic programming on the preset's tabular model (its slip probability, cliff
+    reward and time limit): the expectation-optimal policy walks the row next to the cliff,
+    while VaR_rho (rho of conf/train.yaml) and the default utility U = 0.5 E + 0.5 VaR_rho
+    prefer a path one row away from it."""
+    section = preset("cliff_walking")
+    rho = float(OmegaConf.load(CONF / "train.yaml").rho)
+    env = SlipperyCliffWalking(**section.kwargs)
+    horizon = section.max_episode_steps
+    values, policy = optimal_expected_values(env.P, 48, 4, horizon)
+    path = [cell_of(s) for s in nominal_path(env.P, policy)]
+    assert path == [(3, 0)] + [(2, c) for c in range(COLUMNS)] + [(3, COLUMNS - 1)]
+
+    laws = {row: exact_return_distribution(env.P, lane_policy(row), horizon) for row in (0, 1, 2)}
+    for values_, probs in laws.values():
+        assert probs.sum() == pytest.approx(1.0)
+    mean = {row: float((v * p).sum()) for row, (v, p) in laws.items()}
+    var = {row: lower_quantile(v, p, rho) for row, (v, p) in laws.items()}
+    assert mean[2] > mean[1] > mean[0]  # along the cliff is best on average
+    # The optimum differs from the lane only off the path (after a slip): it stays closer to
+    # the lane by the cliff than to the next one.
+    best = values[horizon, START_STATE]
+    assert best >= mean[2] and best - mean[2] < mean[2] - mean[1]
+    assert var[2] < var[1] and max(var, key=var.get) != 2  # and worst in its lower tail
+    utility = {row: 0.5 * mean[row] + 0.5 * var[row] for row in laws}
+    assert max(utility, key=utility.get) == 1
+    assert (round(mean[2], 1), round(mean[1], 1), var[2], var[1]) == (-15.5, -15.9, -24.0, -17.0)
+
+    # The exact law agrees with the environment itself (Monte Carlo, lane by the cliff).
+    sim = gym.make("rs_lightning/SlipperyCliffWalking-v0", max_episode_steps=horizon, **section.kwargs)
+    returns = []
+    for episode in range(3000):
+        state, _ = sim.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            state, reward, terminated, truncated, _ = sim.step(int(lane_policy(2)[state]))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    assert np.mean(returns) == pytest.approx(mean[2], abs=4 * np.std(returns) / np.sqrt(len(returns)))
+
+
+# ------------------------------------------------------------------------ vector collection
+def test_vector_collection_stores_each_copy_with_its_own_final_state():
+    section = env_section(id="rs_lightning/SlipperyCliffWalking-v0",
+                          kwargs={"slip_probability": 0.0, "cliff_reward": -10},
+                          max_episode_steps=5)
+    replay = ReplayBuffer(100, 48, seed=0)
+    collector = VectorEnvCollector(section, 3, replay, reward_clip=None, seed=0, reward_scale=0.5)
+    seen_steps = []
+    policy = lambda obs, step: seen_steps.append(step) or 0  # noqa: E731  (up, up, ...)
+    for _ in range(5):
+        assert collector.step(policy) == 3
+    assert seen_steps == list(range(15)) and collector.env_steps == 15 and len(replay) == 15
+    # Up from the start, then against the top wall: after 5 steps every copy is truncated at
+    # (0, 0); the stored next state is that cell, not the reset start.
+    last = replay.next_obs[12:15].argmax(1).tolist()
+    assert last == [0, 0, 0] and replay.terminated[12:15].sum() == 0
+    assert torch.equal(replay.reward[:15], torch.full((15,), -0.5))
+    assert collector.pop_ended_episodes() == ((-5.0,) * 3, (0.0,) * 3)
+    assert collector.obs.argmax(1).tolist() == [START_STATE] * 3
+
+
+def test_vector_stream_makes_one_update_per_environment_step():
+    section = env_section(id="CartPole-v1")
+    collector = VectorEnvCollector(section, 4, ReplayBuffer(1000, 4, seed=0), None, seed=0)
+    stream = iter(VectorExperienceStream(collector, lambda obs, step: step % 2, batch_size=8,
+                                         warmup_steps=10))
+    batches = [next(stream) for _ in range(9)]
+    # Warm-up: 3 vector steps (12 transitions); updates then follow transition 11, 12, 13, ...
+    assert [b.env_steps for b in batches] == list(range(11, 20))
+    assert collector.env_steps == 20 and collector.pending_updates == 1
+
+
+def test_batched_exploration_acts_as_the_module_row_by_row(compose):
+    from rs_lightning.data.vector_collection import batched_exploration
+    from rs_lightning.schema import validate
+    from rs_lightning.train import build
+
+    settings = validate(compose(["env=cartpole", "agent=dqn", "learning.epsilon_decay=20"]))
+    _, row_module = build(settings)
+    _, batch_module = build(settings)
+    batch_module.load_state_dict(row_module.state_dict())
+    obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    act = batched_exploration(batch_module)
+    for start in (0, 6, 12, 40):
+        rows = [row_module.explore(obs[i], start + i) for i in range(6)]
+        assert act(obs, start).tolist() == rows
+    assert batch_module.epsilon == row_module.epsilon
+
+
+VECTOR_RUN = ["env=cartpole", "env.num_envs=3", "agent=dqn", "logger=none",
+              "callbacks.progress_bar=false", "trainer.max_steps=120", "learning.warmup_steps=20",
+              "trainer.checkpoint_every_n_steps=50", "evaluation.every_n_steps=60",
+              "evaluation.episodes=30", "evaluation.episodes_during_training=10"]
+
+
+def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
+    full = run(compose(VECTOR_RUN), run_dir=tmp_path / "full")
+    # Update 50 is transition 70 of a vector step that collected 70-72: two updates pending.
+    checkpoint = tmp_path / "full" / "checkpoints" / "step0000050.ckpt"
+    state = torch.load(checkpoint, weights_only=True)
+    assert state["EnvDataModule"]["collector"]["pending_updates"] == 2
+    resumed = run(compose([*VECTOR_RUN, f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
+    assert resumed == full and full["env_steps"] == 141  # transitions collected (1 pending)
+    assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
+
+    # A checkpoint of another number of copies is refused before anything is written.
+    from rs_lightning.jobs import check_inputs
+
+    with pytest.raises(ConfigError) as error:
+        check_inputs(compose([*VECTOR_RUN, "env.num_envs=1", f"ckpt_path={checkpoint}"]))
+    assert error.value.key == "ckpt_path" and "written with env.num_envs=3" in str(error.value)
+
+
+# ------------------------------------------------------------------------ presets and evaluation
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_trains_and_is_evaluated(compose, tmp_path, name):
+    if name == "lunar_lander" and not box2d_installed():
+        pytest.skip("needs the box2d extra")
+    summary = run(compose([f"env={name}", "agent=dqn", "logger=none", "callbacks.progress_bar=false",
+                           "trainer.max_steps=40", "learning.warmup_steps=16",
+                           "trainer.checkpoint_every_n_steps=0", "evaluation.every_n_steps=20",
+                           "evaluation.episodes=20", "evaluation.episodes_during_training=5"]),
+                  run_dir=tmp_path / name)
+    saved = json.loads((tmp_path / name / "eval.json").read_text())
+    assert saved == json.loads(json.dumps(summary))
+    assert {"expectation", "var", "cvar", "utility"} <= set(saved) and saved["episodes"] == 20
+    histogram = saved["return_histogram"]
+    assert sum(histogram["counts"]) == 20 and len(histogram["edges"]) == len(histogram["counts"]) + 1
+    assert histogram["edges"][0] <= saved["var"] <= saved["expectation"] <= histogram["edges"][-1]
+    history = [json.loads(line) for line in (tmp_path / name / "eval_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [20, 40]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_trains_from_the_command_line(tmp_path, name):
+    if name == "lunar_lander" and not box2d_installed():
+        pytest.skip("needs the box2d extra")
+    result = train_cli(f"env={name}", "debug=quick", "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "return_histogram" in json.loads((tmp_path / "run" / "eval.json").read_text())
+
+
+def test_return_histogram_figure(tmp_path):
+    from rs_lightning.evaluation import return_histogram
+    from rs_lightning.return_histograms import plot_return_histograms
+
+    rng = np.random.default_rng(0)
+    rows = [{"env": "CartPole-v1", "agent": "dqn", "alpha": 1.0, "risk": "var", "rho": 0.1,
+             "seed": seed, "expectation": 50.0, "var": 20.0,
+             "return_histogram": return_histogram(rng.normal(50, 20, 500).round())}
+            for seed in range(2)]
+    assert plot_return_histograms(rows, tmp_path / "h.png") == 1
+    assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+    assert plot_return_histograms([{"env": "x"}], tmp_path / "none.png") == 0
+
+
+def test_result_tools_pure_functions():
+    from rs_lightning.gym_results import first_reaching, tradeoff_points, visit_counts
+
+    history = [{"step": 200, "expectation": 480.0}, {"step": 100, "expectation": 475.0},
+               {"step": 50, "expectation": 20.0}]
+    assert first_reaching(history, 475)["step"] == 100 and first_reaching(history, 500) is None
+    rows = [{"alpha": a, "expectation": e, "var": v}
+            for a, e, v in ((1.0, -15.0, -24.0), (1.0, -16.0, -26.0), (0.5, -16.0, -17.0))]
+    points = tradeoff_points(rows)
+    assert [p["alpha"] for p in points] == [0.5, 1.0]
+    assert points[1]["expectation"] == -15.5 and points[1]["var_std"] == pytest.approx(np.sqrt(2))
+    assert visit_counts([0, 0, 5], (2, 3)).tolist() == [[2, 0, 0], [0, 0, 1]]

@@ -1,0 +1,116 @@
+"""IQN's fast update against its plain definition, and UMDQN-W's initial quantile function.
+
+- IQN: the one-pass pairwise quantile Huber loss equals the reference (value and gradient);
+  the taken action's values equal every action's values gathered; the whole loss equals the
+  plain computation (every action's quantiles, gather, the reference loss) with the same
+  random draws.
+- UMDQN-W: every state and action starts from the same quantile function, centred on the
+  return support and ``initial_spread`` times its width wide (the spread of a random
+  initialisation, several times the support, dominated VaR for thousands of updates).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rs_lightning.agents.qr_dqn import quantile_huber_loss, quantile_huber_loss_pairwise
+from rs_lightning.agents.iqn import PairwiseQuantileHuberLoss
+from rs_lightning.risk import Utility, from_quantiles
+from tests.test_agents import CELLS, GRID, make_agent, make_batch
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.3, 0.01])
+def test_pairwise_quantile_huber_loss_matches_the_reference(kappa):
+    generator = torch.Generator().manual_seed(0)
+    quantiles = (torch.randn(16, 32, generator=generator) * 0.8).double().requires_grad_()
+    fractions = torch.rand(16, 32, generator=generator).double()
+    targets = (torch.randn(16, 24, generator=generator) * 0.8).double()
+    value = PairwiseQuantileHuberLoss.apply(quantiles, fractions, targets, kappa)
+    (gradient,) = torch.autograd.grad(value, quantiles)
+    reference = quantile_huber_loss_pairwise(quantiles, fractions, targets, kappa).mean()
+    (expected,) = torch.autograd.grad(reference, quantiles)
+    assert torch.allclose(value, reference, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(gradient, expected, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("head", [[], [64]])
+def test_iqn_chosen_quantiles_are_the_gathered_quantiles(head):
+    agent = make_agent("iqn", head_hidden_sizes=head)
+    batch = make_batch()
+    fractions = torch.rand(32, 7)
+    every = agent.quantiles(batch.obs, fractions)  # [B, A, T]
+    expected = every.gather(1, batch.action.view(-1, 1, 1).expand(-1, 1, 7)).squeeze(1)
+    chosen = agent.chosen_quantiles(batch.obs, batch.action, fractions)
+    assert torch.allclose(chosen, expected, atol=1e-6)
+    # Shared fractions give the same values as the same row repeated for every state.
+    shared = agent.quantiles(batch.obs, fractions[:1])
+    assert torch.allclose(shared, agent.quantiles(batch.obs, fractions[:1].expand(32, -1)),
+                          atol=1e-6)  # fmt: skip
+
+
+def plain_iqn_loss(agent, batch, target, choose_action):
+    """IQN's loss written out plainly: every action's values, gather, the reference loss."""
+    config = agent.config
+    with torch.no_grad():
+        target_fractions = torch.rand(1, config.n_target_fractions)
+        acting = torch.rand(1, config.n_acting_fractions)
+        next_values = target.quantiles(batch.next_obs, target_fractions)
+        next_action = choose_action(from_quantiles(target.quantiles(batch.next_obs, acting)))
+        next_values = next_values[torch.arange(32), next_action]
+        discount = agent.problem.gamma * (1.0 - batch.terminated)
+        targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
+    fractions = torch.rand(32, config.n_fractions)
+    quantiles = agent.quantiles(batch.obs, fractions)[torch.arange(32), batch.action]
+    return quantile_huber_loss(quantiles, fractions, targets, config.kappa).mean()
+
+
+def test_iqn_loss_is_the_plain_loss_with_the_same_draws():
+    agent = make_agent("iqn")
+    target = make_agent("iqn", seed=1)
+    batch = make_batch(terminal=0.3)
+    utility = Utility(0.5, "var", {"rho": 0.1})
+    torch.manual_seed(3)
+    loss, _ = agent.loss(batch, target, utility.greedy)
+    gradients = torch.autograd.grad(loss, list(agent.parameters()))
+    torch.manual_seed(3)
+    reference = plain_iqn_loss(agent, batch, target, utility.greedy)
+    expected = torch.autograd.grad(reference, list(agent.parameters()))
+    assert torch.allclose(loss, reference, rtol=1e-5)
+    for got, want in zip(gradients, expected):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("spread", [1.0, 0.25])
+def test_umdqn_w_starts_from_one_quantile_function_on_the_support(spread):
+    for seed in range(3):
+        agent = make_agent("umdqn_w", seed, initial_spread=spread)
+        with torch.no_grad():
+            curves = agent.quantile_curves(CELLS)
+            quantiles = agent.quantiles(CELLS)  # [9, A, N]
+        centre = 0.5 * (GRID.return_min + GRID.return_max)
+        width = spread * (GRID.return_max - GRID.return_min)
+        # Offset (the median) and scale: the same for every state and action.
+        assert torch.allclose(curves.offset, torch.full_like(curves.offset, centre))
+        assert torch.allclose(curves.log_scale, curves.log_scale[:1].expand_as(curves.log_scale))
+        # The integrand is about 1 at initialisation: the range is about the wanted width.
+        ranges = quantiles[..., -1] - quantiles[..., 0]
+        assert ((ranges > 0.5 * width) & (ranges < 2.0 * width)).all(), ranges
+        assert (quantiles[..., 100] - centre).abs().max() < 0.1 * width
+
+
+def test_umdqn_w_initialisation_keeps_a_trainable_conditioner():
+    """The zeroed last conditioner layer still learns: one update makes the offset depend on
+    the state and action again."""
+    agent = make_agent("umdqn_w")
+    target = copy.deepcopy(agent)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    loss, _ = agent.loss(make_batch(terminal=0.5), target, Utility(0.5, "var", {"rho": 0.1}).greedy)
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        offset = agent.quantile_curves(CELLS).offset
+    assert offset.std() > 0
+

@@ -1,0 +1,150 @@
+"""parallel_seeds: K seeds trained side by side as stacked members of one agent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rs_lightning.agents import AGENTS
+from rs_lightning.agents.base import Problem, linear, member_state, stack_members
+from rs_lightning.results import collect
+from rs_lightning.train import run
+
+PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
+STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
+
+
+def agent_of(name: str, seed: int):
+    from omegaconf import OmegaConf
+
+    from tests.conftest import CONF
+
+    cls, config_class = AGENTS[name]
+    node = OmegaConf.merge(OmegaConf.structured(config_class), OmegaConf.load(CONF / "agent" / f"{name}.yaml"))
+    torch.manual_seed(seed)
+    return cls(OmegaConf.to_object(node), PROBLEM)
+
+
+def test_stacked_linear_is_each_members_linear():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(3, 5, 4), torch.randn(3, 5)
+    x = torch.randn(3, 7, 2, 4)
+    out = linear(x, weight, bias)
+    for k in range(3):
+        assert torch.allclose(out[k], torch.nn.functional.linear(x[k], weight[k], bias[k]), atol=1e-6)
+    shared = torch.randn(3, 4)  # one input for every member, as many rows as members
+    out = linear(shared.expand(3, 3, 4), weight, bias)
+    assert out.shape == (3, 3, 5)
+    with pytest.raises(ValueError, match=r"input must be \[3, B, ..., in\]"):
+        linear(shared, weight, bias)  # ambiguous: member rows or shared rows?
+    assert torch.allclose(out[2], torch.nn.functional.linear(shared, weight[2], bias[2]), atol=1e-6)
+
+
+@pytest.mark.parametrize("states", ["grid", "continuous"])
+@pytest.mark.parametrize("name", STACKABLE)
+def test_members_give_each_agents_distribution_and_loss(name, states):
+    from rs_lightning.agents.base import Transitions
+    from rs_lightning.risk import Utility
+
+    agents = [agent_of(name, seed) for seed in (0, 1, 2)]
+    stacked = stack_members(agents)
+    for k, agent in enumerate(agents):
+        assert all(torch.equal(v, agent.state_dict()[key]) for key, v in member_state(stacked, k).items())
+    gen = torch.Generator().manual_seed(1)
+
+    def observations():  # grid cells repeat between members; continuous states do not
+        if states == "grid":
+            return torch.randint(0, 3, (3, 16, 2), generator=gen).float()
+        return torch.rand(3, 16, 2, generator=gen) * 2.0
+
+    obs = observations()
+    dist = stacked.return_distribution(obs)
+    utility = Utility(0.5, "var", {"rho": 0.1})
+    batch = Transitions(
+        obs, torch.randint(0, 4, (3, 16), generator=gen), torch.randn(3, 16, generator=gen) * 0.3,
+        observations(),
+        (torch.rand(3, 16, generator=gen) < 0.3).float(),
+    )
+    losses, metrics = stacked.loss(batch, stacked, utility.greedy)
+    assert losses.shape == (3,)
+    losses.sum().backward()
+    for k, agent in enumerate(agents):
+        single = agent.return_distribution(obs[k])
+        assert torch.allclose(dist.values[k], single.values, atol=1e-5)
+        assert torch.allclose(dist.probs[k], single.probs, atol=1e-5)
+        member_batch = Transitions(*(field[k] for field in batch))
+        loss, _ = agent.loss(member_batch, agent, utility.greedy)
+        assert torch.allclose(losses[k], loss, rtol=1e-4, atol=1e-6)
+        loss.backward()
+        for (key, p), (_, q) in zip(stacked.named_parameters(), agent.named_parameters()):
+            assert torch.allclose(p.grad[k], q.grad, rtol=1e-3, atol=1e-6), key
+
+
+QUICK = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "trainer.max_steps=120",
+         "evaluation.every_n_steps=60", "evaluation.episodes=200"]
+
+
+@pytest.mark.parametrize("name", STACKABLE)
+def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
+    """Member k and a run of seed 3 + k: the same weights (up to the rounding of batched
+    products), the same greedy policy, the same evaluation."""
+    stacked = run(compose([*QUICK, f"agent={name}", "seed=3", "parallel_seeds=2"]), run_dir=tmp_path / "stacked")
+    assert sorted(stacked["members"]) == ["3", "4"]
+    for seed in (3, 4):
+        single = run(compose([*QUICK, f"agent={name}", f"seed={seed}"]), run_dir=tmp_path / f"single{seed}")
+        member = tmp_path / "stacked" / f"seed_{seed}"
+        assert json.loads((member / "eval.json").read_text()) == single
+        assert (member / "policy.json").read_text() == (tmp_path / f"single{seed}" / "policy.json").read_text()
+        a = torch.load(member / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+        b = torch.load(tmp_path / f"single{seed}" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+        assert a.keys() == b.keys()
+        # Within one Adam step (lr 1e-4) of each other: batched products round differently
+        # and Adam's normalised steps carry that to the weights; a wrong gradient moves them
+        # by many steps (120 updates).
+        for key in a:
+            assert (a[key] - b[key]).abs().max() < 1e-4, key
+        history = [json.loads(line) for line in (member / "eval_history.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in history] == [60, 120]
+        assert (member / "csv" / "metrics.csv").is_file()
+    # The results table counts the seeds of the stacked run as runs.
+    assert sorted(row["seed"] for row in collect(tmp_path)) == [3, 3, 4, 4]
+
+
+def test_a_member_checkpoint_resumes_as_a_sequential_run(compose, tmp_path):
+    run(compose([*QUICK, "agent=dqn", "parallel_seeds=2", "trainer.max_steps=100"]), run_dir=tmp_path / "stacked")
+    checkpoint = tmp_path / "stacked" / "seed_1" / "checkpoints" / "last.ckpt"
+    resumed = run(compose([*QUICK, "agent=dqn", "seed=1", f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
+    assert resumed["steps"] == 120
+    single = run(compose([*QUICK, "agent=dqn", "seed=1"]), run_dir=tmp_path / "single")
+    assert resumed["expectation"] == pytest.approx(single["expectation"], abs=0.05)
+
+
+def test_an_interrupted_stacked_run_resumes_from_its_checkpoint(compose, tmp_path):
+    full = run(compose([*QUICK, "agent=dqn", "parallel_seeds=2"]), run_dir=tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
+    resumed = run(compose([*QUICK, "agent=dqn", "parallel_seeds=2", "trainer.checkpoint_every_n_steps=100",
+                           f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
+    assert resumed == full
+
+
+def test_agents_without_members_are_refused(compose, tmp_path):
+    from rs_lightning.errors import ConfigError
+    from rs_lightning.schema import validate
+
+    without = sorted(set(AGENTS) - set(STACKABLE))
+    if not without:
+        pytest.skip("every agent supports members")
+    with pytest.raises(ConfigError, match="parallel_seeds: agent=.* parallel_seeds > 1 works with agent="):
+        validate(compose([f"agent={without[0]}", "parallel_seeds=2"]))
+    with pytest.raises(ConfigError, match="parallel_seeds: must be a positive integer"):
+        validate(compose(["parallel_seeds=0"]))
+
+
+def test_parallel_seeds_with_vector_envs_is_refused(compose):
+    from rs_lightning.errors import ConfigError
+    from rs_lightning.schema import validate
+
+    with pytest.raises(ConfigError, match="parallel_seeds: .* env.num_envs=4"):
+        validate(compose(["parallel_seeds=2", "env.num_envs=4"]))
