@@ -112,6 +112,22 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
     assert sorted(row["seed"] for row in collect(tmp_path)) == [3, 3, 4, 4]
 
 
+def test_seeds_on_a_gymnasium_preset_match_their_sequential_runs(compose, tmp_path):
+    """One-hot observations and reward scaling (cartpole's reward_scale) reach every seed."""
+    quick = [*QUICK, "agent=dqn", "env=cartpole", "trainer.max_steps=80",
+             "evaluation.every_n_steps=0", "evaluation.episodes=20"]
+    for env in ("cartpole", "frozen_lake"):
+        overrides = [*quick, f"env={env}"]
+        stacked = run(compose([*overrides, "parallel_seeds=2"]), run_dir=tmp_path / f"{env}_stacked")
+        single = run(compose([*overrides, "seed=1"]), run_dir=tmp_path / f"{env}_single")
+        assert stacked["members"]["1"] == single
+        a = torch.load(tmp_path / f"{env}_stacked" / "seed_1" / "checkpoints" / "last.ckpt",
+                       weights_only=False)["state_dict"]
+        b = torch.load(tmp_path / f"{env}_single" / "checkpoints" / "last.ckpt",
+                       weights_only=False)["state_dict"]
+        assert max(float((a[key] - b[key]).abs().max()) for key in a) < 1e-4
+
+
 def test_a_member_checkpoint_resumes_as_a_sequential_run(compose, tmp_path):
     run(compose([*QUICK, "agent=dqn", "parallel_seeds=2", "trainer.max_steps=100"]), run_dir=tmp_path / "stacked")
     checkpoint = tmp_path / "stacked" / "seed_1" / "checkpoints" / "last.ckpt"

@@ -164,7 +164,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     panels = []
     for run_dir in args.run_dirs:
         config = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
-        label = f"{run_dir.name}: alpha {config.get('alpha', '?')}, E {config.get('expectation', float('nan')):.2f}, VaR {config.get('var', float('nan')):.2f}"
+        name = run_dir.name if len(run_dir.name) <= 30 else run_dir.name[:27] + "..."
+        label = (f"{name}: {config.get('agent', '?')}, alpha {config.get('alpha', '?')}, "
+                 f"E {config.get('expectation', float('nan')):.2f}, "
+                 f"VaR {config.get('var', float('nan')):.2f}")
         panels.append((label, greedy_visits(run_dir, args.episodes)))
     plot_heatmaps(panels, args.out)
     print(f"-> {args.out}")

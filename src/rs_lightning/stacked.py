@@ -142,7 +142,8 @@ class StackedEnvDataModule(pl.LightningDataModule):
             env = make_env(self.env_config)
             replay = ReplayBuffer(self.replay_capacity, observation_size(env), seed=seed + 1)
             self.collectors.append(
-                EnvCollector(env, replay, self.env_config.reward_clip, seed=seed)
+                EnvCollector(env, replay, self.env_config.reward_clip, seed=seed,
+                             reward_scale=self.env_config.reward_scale)
             )
 
     @property
