@@ -296,6 +296,7 @@ def main() -> None:
         return
 
     cases = args.cases or available_cases()
+    load_before = os.getloadavg()[0]
     per_step: dict[str, float] = {}
     peak: dict[str, float] = {}
     flops = None
@@ -319,6 +320,8 @@ def main() -> None:
         "Command: `python benchmarks/speed.py"
         + (f" --threads {args.threads}" if args.threads != 1 else "") + "`. One training step = "
         "one environment step + one epsilon-greedy action + one gradient update (batch 32).",
+        f"Load average (1 min) of the machine: {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after (other work shares the cores when it is above ~1).",
         "",
         "| case | ms / step | peak RSS (MB) |",
         "|---|---|---|",
