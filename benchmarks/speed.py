@@ -318,7 +318,7 @@ def main() -> None:
         f"torch threads {args.threads})",
         "",
         "Command: `python benchmarks/speed.py"
-        + (f" --threads {args.threads}" if args.threads != 1 else "") + "`. One training step = "
+        + "".join(f" {a}" for a in sys.argv[1:] if a != "--write") + "`. One training step = "
         "one environment step + one epsilon-greedy action + one gradient update (batch 32).",
         f"Load average (1 min) of the machine: {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after (other work shares the cores when it is above ~1).",
