@@ -45,6 +45,12 @@ def make_optimizer(agent, learning) -> torch.optim.Optimizer:
     return torch.optim.Adam(agent.parameters(), lr=learning.lr, eps=learning.adam_eps, fused=fused)
 
 
+def parameters_finite(agent) -> bool:
+    """Whether every parameter of ``agent`` is finite (one host sync for all of them)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in agent.parameters()])
+    return bool(torch.isfinite(flat).all())
+
+
 def _numpy_global_state() -> tuple:
     """numpy's global generator state in plain types (checkpoints load with weights_only)."""
     name, keys, position, has_gauss, cached = np.random.get_state()
@@ -172,8 +178,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
 
     # ------------------------------------------------------------ numerical faults
     def parameters_finite(self) -> bool:
-        flat = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()])
-        return bool(torch.isfinite(flat).all())
+        return parameters_finite(self.agent)
 
     def check_parameters(self, step: int) -> None:
         """Raise NumericalFault if a parameter is NaN or infinite after ``step`` updates."""

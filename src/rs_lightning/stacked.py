@@ -39,6 +39,7 @@ from rs_lightning.envs.factory import make_env, observation_size
 from rs_lightning.errors import NumericalFault
 from rs_lightning.module import (
     RiskSensitiveQLearning, _numpy_global_state, exploration_rate, make_optimizer,
+    parameters_finite,
 )
 from rs_lightning.risk import Utility
 
@@ -308,12 +309,8 @@ class StackedQLearning(pl.LightningModule):
         self.optimizers().zero_grad(set_to_none=True)
         return True
 
-    def parameters_finite(self) -> bool:
-        flat = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()])
-        return bool(torch.isfinite(flat).all())
-
     def check_parameters(self, step: int) -> None:
-        if not self.parameters_finite():
+        if not parameters_finite(self.agent):
             raise NumericalFault("parameters", step)
 
     def _log_window(self, step, env_steps, losses, grad_norms, agent_metrics) -> None:
