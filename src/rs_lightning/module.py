@@ -45,6 +45,16 @@ def make_optimizer(agent, learning) -> torch.optim.Optimizer:
     return torch.optim.Adam(agent.parameters(), lr=learning.lr, eps=learning.adam_eps, fused=fused)
 
 
+def log_ended_episodes(loggers, step: int, returns, outcomes, env_steps: int) -> None:
+    """Each ended episode's return and risk outcome, at the update where it ended."""
+    for episode_return, outcome in zip(returns, outcomes):
+        metrics = {"episode/return": episode_return, "episode/env_steps": float(env_steps)}
+        if outcome == outcome:  # not NaN: the environment reports R_s
+            metrics["episode/risk_outcome"] = outcome
+        for logger in loggers:
+            logger.log_metrics(metrics, step=step)
+
+
 def parameters_finite(agent) -> bool:
     """Whether every parameter of ``agent`` is finite (one host sync for all of them)."""
     flat = torch.cat([p.detach().reshape(-1) for p in agent.parameters()])
@@ -209,13 +219,8 @@ class RiskSensitiveQLearning(pl.LightningModule):
             self.optimizers().zero_grad(set_to_none=True)
 
     def _log_episodes(self, step: int, batch: ExperienceBatch) -> None:
-        """Each ended episode's return and risk outcome, at the update where it ended."""
-        for episode_return, outcome in zip(batch.episode_returns, batch.episode_outcomes):
-            metrics = {"episode/return": episode_return, "episode/env_steps": float(batch.env_steps)}
-            if outcome == outcome:  # not NaN: the environment reports R_s
-                metrics["episode/risk_outcome"] = outcome
-            for logger in self.loggers:
-                logger.log_metrics(metrics, step=step)
+        log_ended_episodes(self.loggers, step, batch.episode_returns, batch.episode_outcomes,
+                           batch.env_steps)
 
     def _log_window(self, step, env_steps, loss, grad_norm, agent_metrics) -> None:
         now = time.perf_counter()

@@ -38,8 +38,8 @@ from rs_lightning.data.replay import ReplayBuffer
 from rs_lightning.envs.factory import make_env, observation_size
 from rs_lightning.errors import NumericalFault
 from rs_lightning.module import (
-    RiskSensitiveQLearning, _numpy_global_state, exploration_rate, make_optimizer,
-    parameters_finite,
+    RiskSensitiveQLearning, _numpy_global_state, exploration_rate, log_ended_episodes,
+    make_optimizer, parameters_finite,
 )
 from rs_lightning.risk import Utility
 
@@ -285,13 +285,8 @@ class StackedQLearning(pl.LightningModule):
         for k in range(len(self.seeds)):
             self._window_returns[k].extend(batch.episode_returns[k])
             self._window_outcomes[k].extend(batch.episode_outcomes[k])
-            for episode_return, outcome in zip(batch.episode_returns[k], batch.episode_outcomes[k]):
-                metrics = {"episode/return": episode_return,
-                           "episode/env_steps": float(batch.env_steps)}
-                if outcome == outcome:
-                    metrics["episode/risk_outcome"] = outcome
-                for logger in self.member_loggers[k]:
-                    logger.log_metrics(metrics, step=step)
+            log_ended_episodes(self.member_loggers[k], step, batch.episode_returns[k],
+                               batch.episode_outcomes[k], batch.env_steps)
         if step % self.log_every_n_steps == 0:
             self.check_parameters(step)
             self._log_window(step, batch.env_steps, losses, grad_norms, agent_metrics)
@@ -488,7 +483,7 @@ def run_stacked(cfg, settings, run_dir: Path, start_step: int) -> dict[str, Any]
     train = settings.train
     seeds = member_seeds(train.seed, train.parallel_seeds)
     folders = [member_folder(run_dir, seed) for seed in seeds]
-    member_settings, loggers = [], []
+    member_settings, member_configs, loggers = [], [], []
     for seed, folder in zip(seeds, folders):
         # The config of the sequential run this member is: its seed, one seed per process.
         member_cfg = copy.deepcopy(cfg)
@@ -500,12 +495,10 @@ def run_stacked(cfg, settings, run_dir: Path, start_step: int) -> dict[str, Any]
         write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(member_cfg, resolve=True))
         truncate_jsonl(folder / "eval_history.jsonl", lambda r: r.get("step", 0) <= start_step)
         member_settings.append(validate(member_cfg))
+        member_configs.append(OmegaConf.to_container(member_cfg, resolve=True))
     try:
-        for member_cfg_settings, folder, seed in zip(member_settings, folders, seeds):
-            resolved = OmegaConf.to_container(
-                OmegaConf.load(folder / "config.yaml"), resolve=True
-            )
-            loggers.append(make_loggers(member_cfg_settings, folder, resolved, group=run_dir.name))
+        for member, folder, resolved in zip(member_settings, folders, member_configs):
+            loggers.append(make_loggers(member, folder, resolved, group=run_dir.name))
         datamodule, module = build_stacked(settings, seeds, loggers)
 
         checkpoint_dir = run_dir / "checkpoints"

@@ -178,8 +178,9 @@ def stack_members(agents: list[Agent]) -> Agent:
 
 def member_state(stacked: Agent, k: int) -> dict[str, Tensor]:
     """Member ``k`` of a stacked agent as the state dict of an ordinary agent."""
+    stacked_names = {name for name, _ in stacked.named_parameters()}  # buffers are shared
     return {
-        name: (value[k] if name in dict(stacked.named_parameters()) else value).clone()
+        name: (value[k] if name in stacked_names else value).clone()
         for name, value in stacked.state_dict().items()
     }
 

@@ -436,6 +436,22 @@ def umnn_state_curves(
     )
 
 
+def umnn_curves_covering(network: CDFNetwork, config: UMNNConfig, problem: Problem, obs: Tensor,
+                         low: float, high: float) -> StateCurves:
+    """:func:`umnn_state_curves` on a lattice covering ``[low, high]`` and 0 (the lower limit
+    of the UMNN integral). The lattice never extends further than 4 return ranges beyond the
+    return range: past it the integral continues linearly (F stays monotone); only queries
+    far out of reach of any Bellman target go there."""
+    reach = 4.0 * (problem.return_max - problem.return_min)
+    lattice = covering_lattice(
+        max(low, problem.return_min - reach),
+        min(high, problem.return_max + reach),
+        config.integration_step,
+        even=config.integration_rule == "simpson",
+    )
+    return umnn_state_curves(network, obs, lattice, config.integration_rule)
+
+
 def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:
     """The distinct rows of each member's ``obs[M, B, D]``, padded with zero rows to the
     largest count ``U`` -> ``[M, U, D]``, and the index ``[M, B]`` of each row among the
@@ -477,24 +493,13 @@ class UMDQNC(Agent):
         self.network = CDFNetwork(problem, config)
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)
-        # The lattice never extends further than this beyond the return range. Past it the
-        # integral continues linearly (F stays monotone); only queries far out of reach of
-        # any Bellman target go there.
-        self._reach = 4.0 * (problem.return_max - problem.return_min)
 
     # -- evaluation of F ----------------------------------------------------------------------
 
     def state_curves(self, obs: Tensor, low: float, high: float) -> StateCurves:
         """Integrate f once per distinct state of ``obs`` on a lattice covering ``[low, high]``
         and 0 (the lower limit of the UMNN integral)."""
-        problem, config = self.problem, self.config
-        lattice = covering_lattice(
-            max(low, problem.return_min - self._reach),
-            min(high, problem.return_max + self._reach),
-            config.integration_step,
-            even=config.integration_rule == "simpson",
-        )
-        return umnn_state_curves(self.network, obs, lattice, config.integration_rule)
+        return umnn_curves_covering(self.network, self.config, self.problem, obs, low, high)
 
     def cdf(self, obs: Tensor, z: Tensor) -> Tensor:
         """F(z | s, a) for every state of ``obs[B, obs_dim]``, every action and every return of

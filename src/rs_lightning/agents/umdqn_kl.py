@@ -53,8 +53,7 @@ from rs_lightning.agents.umdqn_c import (
     CDFNetwork,
     StateCurves,
     UMNNConfig,
-    covering_lattice,
-    umnn_state_curves,
+    umnn_curves_covering,
 )
 from rs_lightning.risk import ReturnDistribution, from_cdf
 
@@ -108,18 +107,10 @@ class UMDQNKL(Agent):
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)
         self.grid_step = (problem.return_max - problem.return_min) / (config.n_returns - 1)
-        self._reach = 4.0 * (problem.return_max - problem.return_min)  # as UMDQN-C
 
     def state_curves(self, obs: Tensor, low: float, high: float) -> StateCurves:
         """The integral table of every distinct state of ``obs``, covering [low, high] and 0."""
-        problem, config = self.problem, self.config
-        lattice = covering_lattice(
-            max(low, problem.return_min - self._reach),
-            min(high, problem.return_max + self._reach),
-            config.integration_step,
-            even=config.integration_rule == "simpson",
-        )
-        return umnn_state_curves(self.network, obs, lattice, config.integration_rule)
+        return umnn_curves_covering(self.network, self.config, self.problem, obs, low, high)
 
     def distribution(self, grid: Tensor, h: Tensor) -> ReturnDistribution:
         """The common form: the CDF Phi(h) on the return grid (:func:`from_cdf`)."""

@@ -22,8 +22,10 @@ from rs_lightning.agents.base import Problem, Transitions
 from rs_lightning.data.replay import ReplayBuffer
 from rs_lightning.data.vector_collection import (
     BatchPolicy,
+    EndedEpisodes,
     VectorEnvCollector,
     VectorExperienceStream,
+    learning_reward,
 )
 from rs_lightning.envs.factory import make_env, observation_size
 
@@ -39,7 +41,7 @@ class ExperienceBatch(NamedTuple):
     env_steps: int  # environment steps taken so far
 
 
-class EnvCollector:
+class EnvCollector(EndedEpisodes):
     """Steps one environment with a policy and fills the replay memory."""
 
     def __init__(self, env: gym.Env, replay: ReplayBuffer, reward_clip: float | None, seed: int,
@@ -59,11 +61,9 @@ class EnvCollector:
         action = policy(self.obs, self.env_steps)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         reward = float(reward)
-        clipped = reward * self.reward_scale
-        if self.reward_clip is not None:
-            clipped = min(max(clipped, -self.reward_clip), self.reward_clip)
+        learnt = learning_reward(reward, self.reward_scale, self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
-        self.replay.add(self.obs, action, clipped, next_obs, terminated)
+        self.replay.add(self.obs, action, learnt, next_obs, terminated)
         self.env_steps += 1
         self.episode_return += reward
         if terminated or truncated:
@@ -73,14 +73,6 @@ class EnvCollector:
             self.episode_return = 0.0
             next_obs, _ = self.env.reset()
         self.obs = next_obs
-
-    def pop_ended_episodes(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        if not self.ended_returns:
-            return (), ()
-        ended = tuple(self.ended_returns), tuple(self.ended_outcomes)
-        self.ended_returns.clear()
-        self.ended_outcomes.clear()
-        return ended
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -46,6 +46,22 @@ def learning_reward(reward: float, scale: float, clip: float | None) -> float:
     return reward
 
 
+class EndedEpisodes:
+    """What a collector keeps of the episodes ended since the last training step: their
+    (unscaled) returns and risk outcomes, in ``ended_returns`` and ``ended_outcomes``."""
+
+    ended_returns: list[float]
+    ended_outcomes: list[float]
+
+    def pop_ended_episodes(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        if not self.ended_returns:
+            return (), ()
+        ended = tuple(self.ended_returns), tuple(self.ended_outcomes)
+        self.ended_returns.clear()
+        self.ended_outcomes.clear()
+        return ended
+
+
 def make_vector_env(env_config, num_envs: int) -> gym.vector.SyncVectorEnv:
     # A partial of a module-level function (not a lambda): the vector env pickles whole.
     make_copy = functools.partial(make_env, env_config)
@@ -54,7 +70,7 @@ def make_vector_env(env_config, num_envs: int) -> gym.vector.SyncVectorEnv:
     )
 
 
-class VectorEnvCollector:
+class VectorEnvCollector(EndedEpisodes):
     """Steps ``num_envs`` copies of an environment with a policy and fills the replay memory."""
 
     def __init__(self, env_config, num_envs: int, replay: ReplayBuffer, reward_clip: float | None,
@@ -98,14 +114,6 @@ class VectorEnvCollector:
         self.obs = next_obs
         self.env_steps += n
         return n
-
-    def pop_ended_episodes(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        if not self.ended_returns:
-            return (), ()
-        ended = tuple(self.ended_returns), tuple(self.ended_outcomes)
-        self.ended_returns.clear()
-        self.ended_outcomes.clear()
-        return ended
 
     def state_dict(self) -> dict[str, Any]:
         return {
