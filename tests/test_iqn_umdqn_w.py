@@ -16,7 +16,11 @@ import copy
 import pytest
 import torch
 
-from rs_lightning.agents.qr_dqn import quantile_huber_loss, quantile_huber_loss_pairwise
+from rs_lightning.agents.qr_dqn import (
+    midpoint_fractions,
+    quantile_huber_loss,
+    quantile_huber_loss_pairwise,
+)
 from rs_lightning.agents.iqn import PairwiseQuantileHuberLoss
 from rs_lightning.risk import Utility, from_quantiles
 from tests.test_agents import CELLS, GRID, make_agent, make_batch
@@ -34,6 +38,28 @@ def test_pairwise_quantile_huber_loss_matches_the_reference(kappa):
     (expected,) = torch.autograd.grad(reference, quantiles)
     assert torch.allclose(value, reference, rtol=1e-12, atol=1e-12)
     assert torch.allclose(gradient, expected, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.3, 0.01])
+@pytest.mark.parametrize("targets_sorted", [True, False])
+def test_prefix_sum_quantile_huber_loss_matches_the_reference(kappa, targets_sorted):
+    """QR-DQN's O((N + M) log M) loss = the pairwise formula, value and gradient, including
+    targets tied with a quantile +- kappa and quantiles out of order."""
+    generator = torch.Generator().manual_seed(1)
+    quantiles = (torch.randn(8, 40, generator=generator) * 1.5).double()
+    targets = (torch.randn(8, 30, generator=generator) * 1.5).double()
+    targets[:, :3] = quantiles[:, :3] + torch.tensor([kappa, -kappa, 0.0], dtype=torch.float64)
+    if targets_sorted:
+        targets = targets.sort(-1).values
+    fractions = midpoint_fractions(40).double()
+    quantiles.requires_grad_()
+    value = quantile_huber_loss(quantiles, fractions, targets, kappa, targets_sorted)
+    (gradient,) = torch.autograd.grad(value.sum(), quantiles)
+    reference = quantile_huber_loss_pairwise(quantiles, fractions, targets, kappa)
+    (expected,) = torch.autograd.grad(reference.sum(), quantiles)
+    assert value.shape == (8,)
+    assert torch.allclose(value, reference, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(gradient, expected, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("head", [[], [64]])

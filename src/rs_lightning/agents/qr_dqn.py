@@ -104,24 +104,22 @@ def quantile_huber_loss(
         if not targets_sorted:
             sorted_targets = sorted_targets.sort(-1).values
         zero = torch.zeros_like(sorted_targets[..., :1])
-        # Prefix sums of t and t^2: [B, M + 1, 2].
-        moments = torch.stack([sorted_targets, sorted_targets.square()], dim=-1)
-        prefix = torch.cat([zero.unsqueeze(-1).expand(-1, 1, 2), moments.cumsum(-2)], dim=-2)
+        # Prefix sums of t and of t^2, each [B, M + 1].
+        sum_1 = torch.cat([zero, sorted_targets.cumsum(-1)], dim=-1)
+        sum_2 = torch.cat([zero, sorted_targets.square().cumsum(-1)], dim=-1)
         theta = (quantiles.detach() - centre).double()
         n = theta.shape[-1]
         # Targets t_j in A: t < theta - kappa, B: [theta - kappa, theta), C: [theta, theta +
         # kappa], D: t > theta + kappa. The ends of A, B and C as positions in the sorted
-        # targets (one search for the three).
-        ends = torch.cat([
-            torch.searchsorted(sorted_targets, torch.cat([theta - kappa, theta], -1), side="left"),
-            torch.searchsorted(sorted_targets, theta + kappa, side="right"),
-        ], dim=-1)  # fmt: skip
-        sums = prefix.gather(-2, ends.unsqueeze(-1).expand(-1, -1, 2))  # [B, 3N, 2]
-        p1_a, p1_m, p1_c = sums[..., 0].split(n, -1)  # sums of t below each end
-        p2_a, p2_m, p2_c = sums[..., 1].split(n, -1)  # sums of t^2 below each end
+        # targets, by one search. (A target exactly at theta + kappa counts in D: the Huber
+        # term and its slope agree there, so the loss is the same either way.)
+        bounds = torch.cat([theta - kappa, theta, theta + kappa], dim=-1)
+        ends = torch.searchsorted(sorted_targets, bounds)  # [B, 3N]
+        p1_a, p1_m, p1_c = sum_1.gather(-1, ends).split(n, -1)  # sums of t below each end
+        p2_a, p2_m, p2_c = sum_2.gather(-1, ends).split(n, -1)  # sums of t^2 below each end
         a, m, c = ends.double().split(n, -1)
         n_a, n_b, n_c, n_d = a, m - a, c - m, n_targets - c
-        s1_a, s1_b, s1_c, s1_d = p1_a, p1_m - p1_a, p1_c - p1_m, prefix[..., -1:, 0] - p1_c
+        s1_a, s1_b, s1_c, s1_d = p1_a, p1_m - p1_a, p1_c - p1_m, sum_1[..., -1:] - p1_c
         s2_b, s2_c = p2_m - p2_a, p2_c - p2_m
         # On each range the Huber term is a polynomial in theta: the loss of quantile i is
         # c2 theta^2 + c1 theta + c0 (its range assignment is locally constant, so the
