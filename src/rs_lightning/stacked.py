@@ -81,6 +81,27 @@ class StackedReplay:
                 setattr(replay, name, stacked[k])  # a view: writes land in the storage
         self.rows = torch.arange(len(replays)).unsqueeze(1)
 
+    def add(self, transitions: list[tuple]) -> None:
+        """Store one transition ``(obs, action, reward, next_obs, terminated)`` per member,
+        as each member's ``add`` would, with one write per field. Members step together, so
+        their memories share one write position."""
+        replays = self.replays
+        position = replays[0].position
+        if any(replay.position != position for replay in replays):  # never in lockstep runs
+            for replay, transition in zip(replays, transitions):
+                replay.add(*transition)
+            return
+        obs, action, reward, next_obs, terminated = zip(*transitions)
+        storage = self.storage
+        storage["obs"][:, position] = torch.as_tensor(np.stack(obs))
+        storage["next_obs"][:, position] = torch.as_tensor(np.stack(next_obs))
+        storage["action"][:, position] = torch.tensor(action)
+        storage["reward"][:, position] = torch.tensor(reward)
+        storage["terminated"][:, position] = torch.tensor(terminated, dtype=torch.float32)
+        for replay in replays:
+            replay.position = (position + 1) % replay.capacity
+            replay.size = min(replay.size + 1, replay.capacity)
+
     def sample(self, batch_size: int) -> Transitions:
         index = torch.stack([
             torch.randint(replay.size, (batch_size,), generator=replay.generator)
@@ -104,8 +125,7 @@ class StackedExperienceStream(IterableDataset):
     def step(self) -> None:
         collectors = self.collectors
         actions = self.policy([c.obs for c in collectors], collectors[0].env_steps)
-        for collector, action in zip(collectors, actions):
-            collector.step(lambda obs, env_step, action=action: action)
+        self.replay.add([c.transition(a) for c, a in zip(collectors, actions)])
 
     def __iter__(self):
         collectors = self.collectors
@@ -187,8 +207,9 @@ def clip_member_gradients(parameters: list[torch.Tensor], max_norm: float) -> to
     """Scale each member's gradient (index k of every stacked parameter) to norm at most
     ``max_norm``, as ``clip_grad_norm_`` does for one network; returns the K norms."""
     grads = [p.grad for p in parameters if p.grad is not None]
-    squares = torch.stack([g.flatten(1).square().sum(1) for g in grads]).sum(0)
-    norms = squares.sqrt()
+    norms = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]), dim=0
+    )
     scale = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
     for g in grads:
         g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))

@@ -58,12 +58,17 @@ class EnvCollector(EndedEpisodes):
         self.ended_outcomes: list[float] = []
 
     def step(self, policy: Policy) -> None:
-        action = policy(self.obs, self.env_steps)
+        self.replay.add(*self.transition(policy(self.obs, self.env_steps)))
+
+    def transition(self, action: int) -> tuple:
+        """Take ``action``, keep the episode's books and return the transition to store:
+        ``(obs, action, learnt reward, next obs, terminated)``."""
+        obs = self.obs
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         reward = float(reward)
         learnt = learning_reward(reward, self.reward_scale, self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
-        self.replay.add(self.obs, action, learnt, next_obs, terminated)
+        stored = (obs, action, learnt, next_obs, terminated)
         self.env_steps += 1
         self.episode_return += reward
         if terminated or truncated:
@@ -73,6 +78,7 @@ class EnvCollector(EndedEpisodes):
             self.episode_return = 0.0
             next_obs, _ = self.env.reset()
         self.obs = next_obs
+        return stored
 
     def state_dict(self) -> dict[str, Any]:
         return {
