@@ -415,3 +415,20 @@ def test_result_tools_pure_functions():
     assert [p["alpha"] for p in points] == [0.5, 1.0]
     assert points[1]["expectation"] == -15.5 and points[1]["var_std"] == pytest.approx(np.sqrt(2))
     assert visit_counts([0, 0, 5], (2, 3)).tolist() == [[2, 0, 0], [0, 0, 1]]
+
+
+def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
+    from rs_lightning.gym_results import greedy_visits, heatmap_panel, main
+
+    run_dir = tmp_path / "stacked"
+    run(compose(["env=cliff_walking", "agent=dqn", "parallel_seeds=2", "debug=quick",
+                 "logger=none", "callbacks.progress_bar=false", "trainer.max_steps=60",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=5"]), run_dir=run_dir)
+    label, counts = heatmap_panel(run_dir, episodes=2)
+    assert "2 seeds" in label and "falls in" in label
+    singles = [greedy_visits(run_dir / f"seed_{seed}", 2) for seed in (0, 1)]
+    assert np.array_equal(counts, singles[0] + singles[1])
+    assert main(["heatmap", str(run_dir), "--episodes", "2", "--out", str(tmp_path / "h.png")]) == 0
+    assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit, match="no finished run"):
+        heatmap_panel(tmp_path, episodes=1)

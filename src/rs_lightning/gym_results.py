@@ -86,6 +86,26 @@ def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
     return visit_counts(states, (ROWS, COLUMNS))
 
 
+def heatmap_panel(run_dir: Path, episodes: int) -> tuple[str, np.ndarray]:
+    """The label and visit counts of one heat-map panel: a run, or a ``parallel_seeds`` run
+    (its ``seed_*`` folders pooled, ``episodes`` each; the label gives means over seeds)."""
+    run_dir = Path(run_dir)
+    runs = [run_dir] if (run_dir / "eval.json").is_file() else sorted(run_dir.glob("seed_*"))
+    runs = [run for run in runs if (run / "eval.json").is_file()]
+    if not runs:
+        raise SystemExit(f"heatmap: {run_dir} holds no finished run (no eval.json)")
+    results = [json.loads((run / "eval.json").read_text()) for run in runs]
+    counts = sum(greedy_visits(run, episodes) for run in runs)
+    name = run_dir.name if len(run_dir.name) <= 30 else run_dir.name[:27] + "..."
+    mean = {key: float(np.mean([r.get(key, np.nan) for r in results]))
+            for key in ("expectation", "var", "risk_outcome_orange")}
+    seeds = f", {len(runs)} seeds" if len(runs) > 1 else ""
+    label = (f"{name}: {results[0].get('agent', '?')}, alpha {results[0].get('alpha', '?')}"
+             f"{seeds}: E {mean['expectation']:.2f}, VaR {mean['var']:.2f}, "
+             f"falls in {100 * mean['risk_outcome_orange']:.1f}% of episodes")
+    return label, counts
+
+
 # ----------------------------------------------------------------------- figures
 def plot_tradeoff(points: list[dict[str, float]], out: Path, title: str = "") -> None:
     from rs_lightning.plots import _pyplot, _save
@@ -161,14 +181,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"± {p['expectation_std']:.3f}, VaR {p['var']:.3f} ± {p['var_std']:.3f}")
         print(f"-> {out}")
         return 0
-    panels = []
-    for run_dir in args.run_dirs:
-        config = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
-        name = run_dir.name if len(run_dir.name) <= 30 else run_dir.name[:27] + "..."
-        label = (f"{name}: {config.get('agent', '?')}, alpha {config.get('alpha', '?')}, "
-                 f"E {config.get('expectation', float('nan')):.2f}, "
-                 f"VaR {config.get('var', float('nan')):.2f}")
-        panels.append((label, greedy_visits(run_dir, args.episodes)))
+    panels = [heatmap_panel(run_dir, args.episodes) for run_dir in args.run_dirs]
     plot_heatmaps(panels, args.out)
     print(f"-> {args.out}")
     return 0
