@@ -115,6 +115,46 @@ def test_run_killed_with_sigkill_resumes_to_the_same_eval_json(compose, tmp_path
     assert resumed == full
 
 
+def test_run_stopped_by_sigterm_saves_its_state_and_the_same_command_resumes_it(compose,
+                                                                             tmp_path):
+    """A scheduler's SIGTERM: exit status 143 and one line naming the checkpoint, written at
+    the step it stopped (no periodic checkpoints here, so nothing else could resume it); the
+    same command then ends with the uninterrupted run's results."""
+    overrides = [
+        "debug=quick", "logger=none", "callbacks.progress_bar=false", "agent=dqn",
+        "trainer.max_steps=1000", "trainer.checkpoint_every_n_steps=0",
+        "evaluation.every_n_steps=100", "evaluation.episodes=200",
+    ]
+    stopped = tmp_path / "stopped"
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={stopped}"],
+            cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+        history = stopped / "eval_history.jsonl"
+        deadline = time.monotonic() + 240
+        while not history.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(random.uniform(0.0, 0.3))
+        process.send_signal(signal.SIGTERM)
+        process.wait()
+    message = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 143, message[-3000:]
+    assert not (stopped / "eval.json").exists(), "the run ended before the signal"
+    assert message.count("Stopped by SIGTERM") == 1 and "last.ckpt (update" in message
+    assert [p.name for p in (stopped / "checkpoints").glob("*.ckpt")] == ["last.ckpt"]
+
+    from rs_lightning.jobs import skip_resume_or_run
+
+    resumed = skip_resume_or_run(compose(overrides), stopped)  # what the same command runs
+    full = run(compose(overrides), run_dir=tmp_path / "full")
+    attempts = [json.loads(line) for line in (stopped / "attempts.jsonl").read_text().splitlines()]
+    assert 100 <= attempts[-1]["start_step"] < 1000
+    assert (stopped / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
+    assert resumed == full
+
+
 def test_missing_checkpoint_is_a_config_error(compose, tmp_path):
     from rs_lightning.errors import ConfigError
 

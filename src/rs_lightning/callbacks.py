@@ -12,6 +12,25 @@ from rs_lightning.evaluation import evaluate_policy
 from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
 
 
+class CheckpointOnSigterm(pl.Callback):
+    """Save ``path`` when SIGTERM stops the run (a scheduler's time limit or preemption,
+    ``kill``, ``scancel``), so that no update is lost: the same command resumes from it.
+
+    Lightning turns SIGTERM into ``SIGTERMException`` at the end of a training step, after
+    that step's callbacks, so the saved state is the one a periodic checkpoint of that step
+    holds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.path)
+
+
 class TrainingProgress(pl.Callback):
     """A tqdm bar over gradient updates showing steps/s, epsilon, recent return and R_s."""
 

@@ -3,6 +3,7 @@
 # Exit status of `python train.py`: bad input (nothing was written), a NaN or inf in training.
 EXIT_BAD_INPUT = 2
 EXIT_NUMERICAL_FAULT = 3
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it stopped
 
 
 class ConfigError(ValueError):

@@ -35,7 +35,9 @@ from rs_lightning.checkpoints import (
     read_checkpoint,
 )
 from rs_lightning.envs.factory import make_env, observation_size
-from rs_lightning.errors import EXIT_BAD_INPUT, EXIT_NUMERICAL_FAULT, ConfigError, NumericalFault
+from rs_lightning.errors import (
+    EXIT_BAD_INPUT, EXIT_NUMERICAL_FAULT, EXIT_TERMINATED, ConfigError, NumericalFault,
+)
 from rs_lightning.files import write_json_atomic
 from rs_lightning.schema import ValidatedConfig, validate
 
@@ -195,9 +197,18 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     multirun every failure is written to the job's ``failed.json`` and the sweep goes on (the
     sweep's summary lists the failures and its exit status is non-zero).
     """
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     run_dir = run_directory()
     try:
         return skip_resume_or_run(cfg, run_dir, output_key())
+    except SIGTERMException:
+        # Stopped from outside: not a failure of the job, and a sweep stops here too.
+        saved = newest_checkpoint(run_dir)
+        where = f"{saved[0]} (update {saved[1]})" if saved else "no checkpoint"
+        print(f"Stopped by SIGTERM: the run's state is in {where}; the same command resumes it",
+              file=sys.stderr)
+        raise SystemExit(EXIT_TERMINATED) from None
     except Exception as error:
         if in_multirun():
             record_failure(run_dir, error)

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.callbacks import PeriodicEvaluation, TrainingProgress
+from rs_lightning.callbacks import CheckpointOnSigterm, PeriodicEvaluation, TrainingProgress
 from rs_lightning.data.datamodule import EnvDataModule
 from rs_lightning.data.vector_collection import batched_exploration
 from rs_lightning.evaluation import evaluate_run
@@ -222,12 +222,14 @@ def compile_agent(agent) -> None:
 
 
 def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
-    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks."""
+    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks, and a
+    checkpoint when the run is stopped by SIGTERM (always)."""
+    stop = CheckpointOnSigterm(checkpoint_dir / "last.ckpt")
     if train.trainer.checkpoint_every_n_steps <= 0:
-        return []
+        return [stop]
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    return [ModelCheckpoint(
+    return [stop, ModelCheckpoint(
         dirpath=checkpoint_dir,
         filename="step{step:07d}",
         auto_insert_metric_name=False,
