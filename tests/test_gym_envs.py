@@ -414,6 +414,8 @@ def test_result_tools_pure_functions():
     points = tradeoff_points(rows)
     assert [p["alpha"] for p in points] == [0.5, 1.0]
     assert points[1]["expectation"] == -15.5 and points[1]["var_std"] == pytest.approx(np.sqrt(2))
+    assert points[1]["var_quartiles"] == [-25.5, -25.0, -24.5]
+    assert points[0]["runs"] == [(-17.0, -16.0)]
     assert visit_counts([0, 0, 5], (2, 3)).tolist() == [[2, 0, 0], [0, 0, 1]]
 
 

@@ -47,7 +47,11 @@ def tradeoff_points(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
         points.append({"alpha": alpha, "seeds": len(runs), "expectation": float(e.mean()),
                        "expectation_std": float(e.std(ddof=1)) if len(runs) > 1 else 0.0,
                        "var": float(v.mean()),
-                       "var_std": float(v.std(ddof=1)) if len(runs) > 1 else 0.0})
+                       "var_std": float(v.std(ddof=1)) if len(runs) > 1 else 0.0,
+                       # Robust to a seed that failed to learn: median and quartiles.
+                       "expectation_quartiles": np.percentile(e, [25, 50, 75]).tolist(),
+                       "var_quartiles": np.percentile(v, [25, 50, 75]).tolist(),
+                       "runs": [(float(a), float(b)) for a, b in zip(v, e)]})
     return points
 
 
@@ -108,20 +112,56 @@ def heatmap_panel(run_dir: Path, episodes: int) -> tuple[str, np.ndarray]:
 
 # ----------------------------------------------------------------------- figures
 def plot_tradeoff(points: list[dict[str, float]], out: Path, title: str = "") -> None:
+    """E against VaR, one point per alpha at the medians over seeds with interquartile bars,
+    each seed a small dot. The axes fit the medians; seeds far outside (a seed that did not
+    learn) are listed in the corner instead of squeezing the rest."""
     from rs_lightning.plots import _pyplot, _save
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    x = [p["var"] for p in points]
-    y = [p["expectation"] for p in points]
-    ax.errorbar(x, y, xerr=[p["var_std"] for p in points], yerr=[p["expectation_std"] for p in points],
-                fmt="o-", capsize=3)
+    fig, ax = plt.subplots(figsize=(5.8, 4.4))
+    x = [p["var_quartiles"][1] for p in points]
+    y = [p["expectation_quartiles"][1] for p in points]
+    xerr = [[p["var_quartiles"][1] - p["var_quartiles"][0] for p in points],
+            [p["var_quartiles"][2] - p["var_quartiles"][1] for p in points]]
+    yerr = [[p["expectation_quartiles"][1] - p["expectation_quartiles"][0] for p in points],
+            [p["expectation_quartiles"][2] - p["expectation_quartiles"][1] for p in points]]
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o-", capsize=3, zorder=3,
+                label="median over seeds (bars: quartiles)")
+    runs = [(p["alpha"], run) for p in points for run in p["runs"]]
+    # Seeds within 10 spreads of the medians (at least 10 return units) set the axes.
+    centre_x, centre_y = float(np.median(x)), float(np.median(y))
+    reach_x = 10 * max(max(x) - min(x), 1.0)
+    reach_y = 10 * max(max(y) - min(y), 1.0)
+    inside = [(a, r) for a, r in runs
+              if abs(r[0] - centre_x) <= reach_x and abs(r[1] - centre_y) <= reach_y]
+    outside = [(a, r) for a, r in runs if (a, r) not in inside]
+    shown_x = [r[0] for _, r in inside] + x
+    shown_y = [r[1] for _, r in inside] + y
+    pad_x = 0.1 * max(max(shown_x) - min(shown_x), 1.0)
+    pad_y = 0.1 * max(max(shown_y) - min(shown_y), 1.0)
+    low_x, high_x = min(shown_x) - pad_x, max(shown_x) + pad_x
+    low_y, high_y = min(shown_y) - pad_y, max(shown_y) + pad_y
+    ax.scatter([r[0] for _, r in inside], [r[1] for _, r in inside], s=12, alpha=0.35,
+               color="tab:gray", zorder=2, label="one seed")
+    labelled: list[tuple[float, float]] = []
     for p in points:
-        ax.annotate(f"alpha={p['alpha']:g}", (p["var"], p["expectation"]), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel("VaR of the episode return")
+        at = (p["var_quartiles"][1], p["expectation_quartiles"][1])
+        near = sum(abs(at[0] - u) < 0.05 * span for u, _ in labelled
+                   for span in [high_x - low_x]
+                   if abs(at[1] - _) < 0.05 * (high_y - low_y))
+        labelled.append(at)
+        ax.annotate(f"alpha={p['alpha']:g}", at, fontsize=8, xytext=(5, 4 + 10 * near),
+                    textcoords="offset points")
+    if outside:
+        text = "off the axes:\n" + "\n".join(
+            f"alpha={a:g}: E {r[1]:.1f}, VaR {r[0]:.1f}" for a, r in outside)
+        ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom")
+    ax.set_xlim(low_x, high_x)
+    ax.set_ylim(low_y, high_y)
+    ax.set_xlabel("VaR of the episode return (the runs' rho)")
     ax.set_ylabel("E of the episode return")
-    ax.set_title(title or "E against VaR over alpha (mean, std over seeds)")
+    ax.set_title(title or "E against VaR over alpha")
+    ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
     _save(fig, out)
 
@@ -178,7 +218,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         plot_tradeoff(points, out)
         for p in points:
             print(f"alpha {p['alpha']:g} ({p['seeds']} seeds): E {p['expectation']:.3f} "
-                  f"± {p['expectation_std']:.3f}, VaR {p['var']:.3f} ± {p['var_std']:.3f}")
+                  f"± {p['expectation_std']:.3f}, VaR {p['var']:.3f} ± {p['var_std']:.3f}; "
+                  f"medians E {p['expectation_quartiles'][1]:.3f}, VaR {p['var_quartiles'][1]:.3f}")
         print(f"-> {out}")
         return 0
     panels = [heatmap_panel(run_dir, args.episodes) for run_dir in args.run_dirs]
