@@ -104,7 +104,8 @@ def heatmap_panel(run_dir: Path, episodes: int) -> tuple[str, np.ndarray]:
     mean = {key: float(np.mean([r.get(key, np.nan) for r in results]))
             for key in ("expectation", "var", "risk_outcome_orange")}
     seeds = f", {len(runs)} seeds" if len(runs) > 1 else ""
-    label = (f"{name}: {results[0].get('agent', '?')}, alpha {results[0].get('alpha', '?')}"
+    name = "" if len(runs) > 1 else f"{name}: "  # a sweep job's folder name says no more
+    label = (f"{name}{results[0].get('agent', '?')}, alpha {results[0].get('alpha', '?')}"
              f"{seeds}: E {mean['expectation']:.2f}, VaR {mean['var']:.2f}, "
              f"falls in {100 * mean['risk_outcome_orange']:.1f}% of episodes")
     return label, counts
