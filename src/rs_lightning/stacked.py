@@ -87,10 +87,8 @@ class StackedReplay:
         their memories share one write position."""
         replays = self.replays
         position = replays[0].position
-        if any(replay.position != position for replay in replays):  # never in lockstep runs
-            for replay, transition in zip(replays, transitions):
-                replay.add(*transition)
-            return
+        if any(replay.position != position for replay in replays):
+            raise RuntimeError("the members' replay memories are out of step")
         obs, action, reward, next_obs, terminated = zip(*transitions)
         storage = self.storage
         storage["obs"][:, position] = torch.as_tensor(np.stack(obs))
@@ -99,8 +97,7 @@ class StackedReplay:
         storage["reward"][:, position] = torch.tensor(reward)
         storage["terminated"][:, position] = torch.tensor(terminated, dtype=torch.float32)
         for replay in replays:
-            replay.position = (position + 1) % replay.capacity
-            replay.size = min(replay.size + 1, replay.capacity)
+            replay.advance()
 
     def sample(self, batch_size: int) -> Transitions:
         index = torch.stack([

@@ -40,7 +40,11 @@ class ReplayBuffer:
         self.action[i] = action
         self.reward[i] = reward
         self.terminated[i] = float(terminated)
-        self.position = (i + 1) % self.capacity
+        self.advance()
+
+    def advance(self) -> None:
+        """Count the row just written at ``position`` and move on (the ring wraps)."""
+        self.position = (self.position + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
     def sample(self, batch_size: int) -> Transitions:
