@@ -469,6 +469,17 @@ def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:
     return padded, (owner * padded.shape[1] + slot)[inverse].view(members, rows)
 
 
+def next_states_of_members(batch: Transitions) -> tuple[Tensor, Tensor]:
+    """The rows to bootstrap ``[M, B]`` of stacked members' ``batch`` and their next states
+    ``[M, B, D]``, where a terminal row takes the next state of a bootstrapped row of its
+    member: every row can go through the network (the rows to bootstrap differ between
+    members) without integrating for a state whose values are not used."""
+    bootstrap = batch.terminated == 0
+    first = bootstrap.to(torch.int8).argmax(-1)  # [M]; a member without any: row 0
+    stand_in = batch.next_obs[torch.arange(first.shape[0], device=first.device), first]
+    return bootstrap, torch.where(bootstrap.unsqueeze(-1), batch.next_obs, stand_in.unsqueeze(1))
+
+
 def distinct_rows(obs: Tensor) -> tuple[Tensor, Tensor]:
     """The distinct rows of ``obs`` and the index of each row among them."""
     if obs.shape[0] == 1:
@@ -559,17 +570,12 @@ class UMDQNC(Agent):
         """:meth:`bellman_target` for stacked members ``[M, B]``: every row goes through the
         network (the rows to bootstrap differ between members) and terminal rows keep the
         step; the lattice covers the shifted returns of the bootstrapped rows only."""
-        bootstrap = batch.terminated == 0
+        bootstrap, next_obs = next_states_of_members(batch)
         if not bool(bootstrap.any()):
             return target
         problem, grid = self.problem, self.return_grid
         shifted = (z - batch.reward.unsqueeze(-1)) / problem.gamma  # [M, B, N]
         r_low, r_high = torch.stack(torch.aminmax(batch.reward[bootstrap])).tolist()
-        # Terminal rows take the next state of a bootstrapped row of their member: no
-        # integration for states whose values are not used.
-        first = bootstrap.to(torch.int8).argmax(-1)  # [M]; a member without any: row 0
-        stand_in = batch.next_obs[torch.arange(first.shape[0], device=first.device), first]
-        next_obs = torch.where(bootstrap.unsqueeze(-1), batch.next_obs, stand_in.unsqueeze(1))
         curves = self.state_curves(
             next_obs,
             min(problem.return_min, (problem.return_min - r_high) / problem.gamma),

@@ -53,6 +53,7 @@ from rs_lightning.agents.umdqn_c import (
     CDFNetwork,
     StateCurves,
     UMNNConfig,
+    next_states_of_members,
     umnn_curves_covering,
 )
 from rs_lightning.risk import ReturnDistribution, from_cdf
@@ -99,6 +100,7 @@ class UMDQNKL(Agent):
     """UMDQN-KL: the density of a UMNN normalising flow, fitted by KL (module docstring)."""
 
     config: UMDQNKLConfig
+    supports_members = True
 
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -133,39 +135,55 @@ class UMDQNKL(Agent):
 
     @torch.no_grad()
     def target_density(self, batch: Transitions, z: Tensor, choose_action: ChooseAction) -> Tensor:
-        """The target density p_i(z) of every transition at the returns ``z[N]`` -> ``[B, N]``.
-        Called on the target network; terminal transitions need no network work."""
+        """The target density p_i(z) of every transition at the returns ``z[N]`` -> ``[B, N]``
+        (``[M, B, N]`` for stacked members). Called on the target network; terminal
+        transitions need no network work."""
         problem = self.problem
-        target = gaussian_log_density(z, batch.reward.unsqueeze(1), self.config.terminal_std).exp()
-        bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
-        if bootstrap.numel() == 0:
-            return target
-        reward = batch.reward.index_select(0, bootstrap)
-        shifted = (z.unsqueeze(0) - reward.unsqueeze(1)) / problem.gamma  # [B', N]
-        r_low, r_high = torch.stack(torch.aminmax(reward)).tolist()
+        target = gaussian_log_density(
+            z, batch.reward.unsqueeze(-1), self.config.terminal_std
+        ).exp()
+        if self.members is not None:
+            bootstrap, next_obs = next_states_of_members(batch)
+            if not bool(bootstrap.any()):
+                return target
+            reward, rows = batch.reward, None
+            r_low, r_high = torch.stack(torch.aminmax(reward[bootstrap])).tolist()
+        else:
+            rows = (batch.terminated == 0).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                return target
+            reward, next_obs = batch.reward.index_select(0, rows), batch.next_obs.index_select(0, rows)
+            r_low, r_high = torch.stack(torch.aminmax(reward)).tolist()
+        shifted = (z - reward.unsqueeze(-1)) / problem.gamma  # [(M,) B', N]
         curves = self.state_curves(
-            batch.next_obs.index_select(0, bootstrap),
+            next_obs,
             min(problem.return_min, (problem.return_min - r_high) / problem.gamma),
             max(problem.return_max, (problem.return_max - r_low) / problem.gamma),
         )
         grid = self.return_grid
         action = choose_action(self.distribution(grid, curves.monotone_of_all(grid)))
-        h, slope = curves.monotone(curves.inverse * problem.n_actions + action, shifted)
-        density = flow_log_density(h, slope).exp() / problem.gamma
-        target[bootstrap] = density.to(target.dtype)
+        curve = curves.inverse * problem.n_actions + action
+        h, slope = curves.monotone(curve.flatten(), shifted.flatten(0, -2))
+        density = (flow_log_density(h, slope).exp() / problem.gamma).view(shifted.shape)
+        density = density.to(target.dtype)
+        if rows is None:
+            return torch.where(bootstrap.unsqueeze(-1), density, target)
+        target[rows] = density
         return target
 
     def loss(
         self, batch: Transitions, target: Agent, choose_action: ChooseAction
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """KL(target density || p(. | s_i, a_i)) on the return grid, mean over the batch."""
+        """KL(target density || p(. | s_i, a_i)) on the return grid, mean over the batch (one
+        per member if stacked)."""
         problem, z = self.problem, self.return_grid
         y = target.target_density(batch, z, choose_action)  # type: ignore[attr-defined]
         curves = self.state_curves(batch.obs, problem.return_min, problem.return_max)
         rows = curves.inverse * problem.n_actions + batch.action
-        h, slope = curves.monotone(rows, z.unsqueeze(0))
-        loss = kl_on_grid(y, flow_log_density(h, slope), self.grid_step).mean()
+        h, slope = curves.monotone(rows.flatten(), z.unsqueeze(0))
+        h, slope = h.view(*rows.shape, -1), slope.view(*rows.shape, -1)
+        loss = kl_on_grid(y, flow_log_density(h, slope), self.grid_step).mean(-1)
         with torch.no_grad():  # E[Z(s_i, a_i)] as the acting distribution gives it
             dist = self.distribution(z, h)
-            mean_return = (dist.values * dist.probs).sum(-1).mean()
+            mean_return = (dist.values * dist.probs).sum(-1).mean(-1)
         return loss, {"return_mean": mean_return}

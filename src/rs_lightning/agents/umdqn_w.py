@@ -76,6 +76,7 @@ from rs_lightning.agents.umdqn_c import (
     CDFNetwork,
     StateCurves,
     UMNNConfig,
+    next_states_of_members,
     covering_lattice,
     umnn_state_curves,
 )
@@ -115,6 +116,7 @@ class UMDQNW(Agent):
     """UMDQN-W: a monotone quantile network fitted by the quantile Huber loss."""
 
     config: UMDQNWConfig
+    supports_members = True
 
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -158,23 +160,40 @@ class UMDQNW(Agent):
     def return_distribution(self, obs: Tensor) -> ReturnDistribution:
         return self.distribution(self.quantiles(obs))
 
+    @torch.no_grad()
+    def bellman_targets(self, batch: Transitions, target: Agent, choose_action: ChooseAction
+                        ) -> Tensor:
+        """r_i + gamma Q'(tau_j | s'_i, a*_i), or r_i for a terminal transition -> ``[B, N]``
+        (``[M, B, N]`` for stacked members); ascending in j. Terminal transitions need no
+        network work."""
+        gamma = self.problem.gamma
+        reward = batch.reward.unsqueeze(-1)
+        targets = reward.expand(*batch.reward.shape, self.config.n_quantiles)
+        if self.members is not None:
+            bootstrap, next_obs = next_states_of_members(batch)
+            next_dist = target.return_distribution(next_obs)
+            next_values = next_dist.gather_actions(choose_action(next_dist)).values
+            bootstrapped = (reward + gamma * next_values).to(targets.dtype)
+            return torch.where(bootstrap.unsqueeze(-1), bootstrapped, targets)
+        targets = targets.clone()
+        bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
+        if bootstrap.numel() > 0:
+            next_dist = target.return_distribution(batch.next_obs.index_select(0, bootstrap))
+            next_values = next_dist.gather_actions(choose_action(next_dist)).values
+            targets[bootstrap] = reward.index_select(0, bootstrap) + gamma * next_values
+        return targets
+
     def loss(
         self, batch: Transitions, target: Agent, choose_action: ChooseAction
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        n_actions = self.problem.n_actions
-        with torch.no_grad():
-            targets = batch.reward.unsqueeze(1).expand(-1, self.config.n_quantiles).clone()
-            bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
-            if bootstrap.numel() > 0:  # terminal transitions need no network work
-                next_dist = target.return_distribution(batch.next_obs.index_select(0, bootstrap))
-                next_values = next_dist.gather_actions(choose_action(next_dist)).values
-                reward = batch.reward.index_select(0, bootstrap).unsqueeze(1)
-                targets[bootstrap] = reward + self.problem.gamma * next_values
+        """The quantile Huber loss between Q(tau_j | s_i, a_i) and the Bellman targets, mean
+        over the batch (one per member if stacked)."""
+        targets = self.bellman_targets(batch, target, choose_action)
         curves = self.quantile_curves(batch.obs)
-        quantiles, _ = curves.monotone(
-            curves.inverse * n_actions + batch.action, self.points.unsqueeze(0)
-        )
+        rows = curves.inverse * self.problem.n_actions + batch.action
+        quantiles, _ = curves.monotone(rows.flatten(), self.points.unsqueeze(0))
         loss = quantile_huber_loss(
-            quantiles, self.fractions, targets, self.config.kappa, targets_sorted=True
-        ).mean()
-        return loss, {"return_mean": quantiles.detach().mean()}
+            quantiles, self.fractions, targets.flatten(0, -2), self.config.kappa,
+            targets_sorted=True,
+        ).view(rows.shape).mean(-1)
+        return loss, {"return_mean": quantiles.detach().view(*rows.shape, -1).mean((-2, -1))}
