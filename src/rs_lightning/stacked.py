@@ -3,7 +3,9 @@
 Seeds ``s, s + 1, ..., s + K - 1`` (``s = seed``) are K members trained at once. Each member
 has what a sequential run of its seed has: its environment (reset with its seed), its replay
 memory (sampling generator ``seed + 1``), its exploration generator (``seed + 2``) and its
-initial weights (drawn after seeding torch with its seed). The K networks run as one stacked
+initial weights (drawn after seeding torch with its seed); the paper's grid worlds of all
+members step together as tensors (:class:`GridWorldCopies`, the same transitions as K
+environments stepped in turn). The K networks run as one stacked
 agent (:func:`rs_lightning.agents.base.stack_members`): one batched forward pass acts for
 all K, one batched update trains them, each member's gradient clipped by its own norm and
 Adam's update being elementwise, so member k follows the algorithm of a sequential run with
@@ -36,6 +38,7 @@ from rs_lightning.callbacks import evaluate_during_training
 from rs_lightning.data.datamodule import EnvCollector
 from rs_lightning.data.replay import ReplayBuffer
 from rs_lightning.envs.factory import make_env, observation_size
+from rs_lightning.envs.grid_world_copies import GridWorldCopies, unwrapped_grid_world
 from rs_lightning.errors import NumericalFault
 from rs_lightning.module import (
     RiskSensitiveQLearning, _numpy_global_state, exploration_rate, log_ended_episodes,
@@ -43,8 +46,8 @@ from rs_lightning.module import (
 )
 from rs_lightning.risk import Utility
 
-# K observations and the environment step -> K actions.
-StackedPolicy = Callable[[list, int], list]
+# K observations ([K, obs_dim] array or tensor) and the environment step -> K actions.
+StackedPolicy = Callable[[Any, int], list]
 
 
 def member_seeds(seed: int, parallel_seeds: int) -> list[int]:
@@ -83,19 +86,25 @@ class StackedReplay:
 
     def add(self, transitions: list[tuple]) -> None:
         """Store one transition ``(obs, action, reward, next_obs, terminated)`` per member,
-        as each member's ``add`` would, with one write per field. Members step together, so
-        their memories share one write position."""
+        as each member's ``add`` would."""
+        obs, action, reward, next_obs, terminated = zip(*transitions)
+        self.add_batch(torch.as_tensor(np.stack(obs)), torch.tensor(action), torch.tensor(reward),
+                       torch.as_tensor(np.stack(next_obs)),
+                       torch.tensor(terminated, dtype=torch.float32))
+
+    def add_batch(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+                  next_obs: torch.Tensor, terminated: torch.Tensor) -> None:
+        """Store the members' transitions, given as tensors with a member dimension first,
+        with one write per field. Members step together, so their memories share one write
+        position."""
         replays = self.replays
         position = replays[0].position
         if any(replay.position != position for replay in replays):
             raise RuntimeError("the members' replay memories are out of step")
-        obs, action, reward, next_obs, terminated = zip(*transitions)
         storage = self.storage
-        storage["obs"][:, position] = torch.as_tensor(np.stack(obs))
-        storage["next_obs"][:, position] = torch.as_tensor(np.stack(next_obs))
-        storage["action"][:, position] = torch.tensor(action)
-        storage["reward"][:, position] = torch.tensor(reward)
-        storage["terminated"][:, position] = torch.tensor(terminated, dtype=torch.float32)
+        for name, value in (("obs", obs), ("action", action), ("reward", reward),
+                            ("next_obs", next_obs), ("terminated", terminated)):
+            storage[name][:, position] = value
         for replay in replays:
             replay.advance()
 
@@ -108,21 +117,66 @@ class StackedReplay:
 
 
 class StackedExperienceStream(IterableDataset):
-    """One environment step of every member, then one replay batch of every member."""
+    """One environment step of every member, then one replay batch of every member.
+
+    With ``copies`` (the members' grid worlds as :class:`GridWorldCopies`) a step of all
+    members is a few tensor operations; otherwise each member's environment steps in turn.
+    """
 
     def __init__(self, collectors: list[EnvCollector], policy: StackedPolicy, batch_size: int,
-                 warmup_steps: int) -> None:
+                 warmup_steps: int, copies: GridWorldCopies | None = None) -> None:
         super().__init__()
         self.collectors = collectors
         self.replay = StackedReplay([c.replay for c in collectors])
         self.policy = policy
         self.batch_size = batch_size
         self.warmup_steps = max(warmup_steps, 1)
+        self.copies = copies
+        if copies is not None:
+            first = collectors[0]
+            self.reward_scale, self.reward_clip = first.reward_scale, first.reward_clip
+            self.episode_returns = torch.tensor([c.episode_return for c in collectors],
+                                                dtype=torch.float64)
 
     def step(self) -> None:
         collectors = self.collectors
-        actions = self.policy([c.obs for c in collectors], collectors[0].env_steps)
+        if self.copies is not None:
+            return self._step_copies()
+        actions = self.policy(np.stack([c.obs for c in collectors]), collectors[0].env_steps)
         self.replay.add([c.transition(a) for c, a in zip(collectors, actions)])
+
+    def _step_copies(self) -> None:
+        """:meth:`EnvCollector.transition` of every member at once (the same numbers)."""
+        collectors, copies = self.collectors, self.copies
+        obs = copies.obs()
+        actions = torch.tensor(self.policy(obs, collectors[0].env_steps))
+        step = copies.step(actions)
+        learnt = step.reward * self.reward_scale
+        if self.reward_clip is not None:
+            learnt = learnt.clamp(-self.reward_clip, self.reward_clip)
+        self.replay.add_batch(obs, actions, learnt.float(), step.next_obs, step.terminated.float())
+        self.episode_returns += step.reward
+        for collector in collectors:
+            collector.env_steps += 1
+        if bool(step.ended.any()):
+            for k in step.ended.nonzero().flatten().tolist():
+                collector = collectors[k]
+                collector.ended_returns.append(float(self.episode_returns[k]))
+                collector.ended_outcomes.append(float(step.risk_outcome[k]))
+                collector.episodes += 1
+            self.episode_returns.masked_fill_(step.ended, 0.0)
+
+    def write_back(self) -> None:
+        """Put the state of the grid world copies into the collectors and their environments
+        (what a checkpoint saves)."""
+        if self.copies is None:
+            return
+        self.copies.write_back()
+        for collector, obs, episode_return in zip(
+            self.collectors, self.copies.obs().numpy(), self.episode_returns.tolist()
+        ):
+            collector.obs = obs.copy()
+            collector.episode_return = episode_return
 
     def __iter__(self):
         collectors = self.collectors
@@ -143,15 +197,18 @@ class StackedEnvDataModule(pl.LightningDataModule):
     """K environments and K replay memories, one per member seed."""
 
     def __init__(self, env_config, batch_size: int, replay_capacity: int, warmup_steps: int,
-                 seeds: list[int]) -> None:
+                 seeds: list[int], tensor_steps: bool = True) -> None:
         super().__init__()
         self.env_config = env_config
         self.batch_size = batch_size
         self.replay_capacity = replay_capacity
         self.warmup_steps = warmup_steps
         self.seeds = list(seeds)
+        # Grid worlds step as tensors (GridWorldCopies); False: each environment in turn.
+        self.tensor_steps = tensor_steps
         self.collectors: list[EnvCollector] = []
         self.policy: StackedPolicy | None = None
+        self._stream: StackedExperienceStream | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.collectors:
@@ -181,13 +238,19 @@ class StackedEnvDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> StackedExperienceStream:
         if self.policy is None:
             raise RuntimeError("StackedEnvDataModule needs a policy: call attach_policy()")
-        return StackedExperienceStream(
-            self.collectors, self.policy, self.batch_size, self.warmup_steps
+        envs = [collector.env for collector in self.collectors]
+        tensor_steps = self.tensor_steps and all(unwrapped_grid_world(env) for env in envs)
+        self._stream = StackedExperienceStream(
+            self.collectors, self.policy, self.batch_size, self.warmup_steps,
+            GridWorldCopies(envs) if tensor_steps else None,
         )
+        return self._stream
 
     def state_dict(self) -> dict[str, Any]:
         if not self.collectors:
             return {}
+        if self._stream is not None:
+            self._stream.write_back()
         return {
             "collectors": [c.state_dict() for c in self.collectors],
             "env_id": self.env_config.id,
@@ -195,6 +258,8 @@ class StackedEnvDataModule(pl.LightningDataModule):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self._stream is not None:
+            raise RuntimeError("load the datamodule's state before its train_dataloader is made")
         self.setup()
         for collector, state in zip(self.collectors, state_dict["collectors"], strict=True):
             collector.load_state_dict(state)
@@ -248,7 +313,7 @@ class StackedQLearning(pl.LightningModule):
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
-    def explore(self, observations: list, env_step: int) -> list[int]:
+    def explore(self, observations, env_step: int) -> list[int]:
         """Epsilon-greedy on the utility for every member, each with its own generator."""
         cfg = self.learning
         self.epsilon = exploration_rate(
@@ -259,7 +324,7 @@ class StackedQLearning(pl.LightningModule):
             explore = rng.random() < self.epsilon
             actions.append(int(rng.integers(self.n_actions)) if explore else None)
         if any(action is None for action in actions):
-            obs = torch.as_tensor(np.stack(observations), dtype=torch.float32, device=self.device)
+            obs = torch.as_tensor(observations, dtype=torch.float32, device=self.device)
             greedy = self.agent.greedy_action(obs.unsqueeze(1), self.utility.greedy)  # [K, 1]
             greedy = greedy[:, 0].tolist()
             actions = [g if a is None else a for a, g in zip(actions, greedy)]

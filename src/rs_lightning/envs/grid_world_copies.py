@@ -1,0 +1,149 @@
+"""K copies of one grid world stepped together with tensor operations (``parallel_seeds``).
+
+:class:`GridWorldCopies` steps the grid worlds of K seeds at once: one table lookup finds
+every copy's branch, next cell, reward mean and termination, and resets are a masked
+write. Each copy draws its random numbers from the generator of its own gymnasium
+environment, in the order :meth:`GridWorld.step` draws them (a uniform for the branch, then
+a normal for the reward), so copy k produces exactly the transitions its environment would
+produce stepped alone: a ``parallel_seeds`` member stays the sequential run of its seed.
+
+The copies hold the state (cell, step count, sticky flag) while they run;
+:meth:`GridWorldCopies.write_back` puts it into the environment objects (checkpoints pickle
+those), and a new :class:`GridWorldCopies` reads it back.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from rs_lightning.envs.grid_worlds import CELLS, GRID_SIZE, REWARD_STD, START, GridWorld
+
+
+class CopiesStep(NamedTuple):
+    """One step of K copies; ``next_obs`` is the state the step reached (before a reset)."""
+
+    next_obs: Tensor  # [K, 2] float32
+    reward: Tensor  # [K] float64, the environment's reward
+    terminated: Tensor  # [K] bool
+    ended: Tensor  # [K] bool: terminated or truncated; the copy starts a new episode
+    risk_outcome: Tensor  # [K] float64: R_s of an ended episode (meaningless elsewhere)
+
+
+def _cell_index(cell) -> int:
+    return int(cell[0]) * GRID_SIZE + int(cell[1])
+
+
+def unwrapped_grid_world(env: gym.Env) -> Optional[GridWorld]:
+    """The grid world under ``env`` if nothing but order enforcing wraps it (a wrapper that
+    changes observations or rewards rules tensor stepping out), else None."""
+    inner = env
+    while isinstance(inner, gym.Wrapper):
+        if not isinstance(inner, gym.wrappers.OrderEnforcing):
+            return None
+        inner = inner.env
+    return inner if isinstance(inner, GridWorld) else None
+
+
+class GridWorldCopies:
+    """K grid worlds of one class and settings, stepped as tensors (module docstring).
+
+    Args:
+        envs: the K environments (gymnasium objects, reset, not mid-step); their state and
+            generators are taken over until :meth:`write_back`.
+    """
+
+    def __init__(self, envs: list[gym.Env]) -> None:
+        worlds = [unwrapped_grid_world(env) for env in envs]
+        if not worlds or any(world is None for world in worlds):
+            raise ValueError("GridWorldCopies steps unwrapped rs_lightning grid worlds only")
+        first = worlds[0]
+        settings = (type(first), first.max_steps, first.timeout_is_terminal, first._sampler)
+        if any((type(w), w.max_steps, w.timeout_is_terminal, w._sampler) != settings
+               for w in worlds):
+            raise ValueError("GridWorldCopies: the copies must be one environment with one set "
+                             "of arguments")
+        if any(w.cell is None for w in worlds):
+            raise ValueError("GridWorldCopies: reset() every environment first")
+        self.worlds = worlds
+        self.generators = [w.np_random for w in worlds]
+        self.max_steps = first.max_steps
+        self.timeout_is_terminal = first.timeout_is_terminal
+        self._compile(first)
+        self.cell = torch.tensor([_cell_index(w.cell) for w in worlds])
+        self.steps = torch.tensor([w.steps for w in worlds])
+        self.flag = torch.tensor([w.shortcut_flag for w in worlds])
+
+    def _compile(self, world: GridWorld) -> None:
+        """The world's sampler as padded tables ``[keys, branches]`` (see
+        :meth:`GridWorld._compile`: key ((x * 3 + y) * 4 + action) * 2 + flag)."""
+        sampler = world._sampler
+        width = max(len(entries) for entries in sampler)
+        shape = (len(sampler), width)
+        self.cumulative = torch.full(shape, float("inf"), dtype=torch.float64)
+        self.next_cell = torch.zeros(shape, dtype=torch.long)
+        self.mean = torch.zeros(shape, dtype=torch.float64)
+        self.terminal = torch.zeros(shape, dtype=torch.bool)
+        self.new_flag = torch.zeros(shape, dtype=torch.bool)
+        for key, entries in enumerate(sampler):
+            for j, (cumulative, cell, mean, terminal, flag) in enumerate(entries):
+                self.cumulative[key, j] = cumulative
+                self.next_cell[key, j] = _cell_index(cell)
+                self.mean[key, j] = mean
+                self.terminal[key, j] = terminal
+                self.new_flag[key, j] = flag
+        self.observations = torch.zeros(len(CELLS), 2)
+        outcome = torch.zeros(len(CELLS), 2, 2, dtype=torch.float64)  # [cell, terminal, flag]
+        for cell in CELLS:
+            index = _cell_index(cell)
+            self.observations[index] = torch.tensor(cell, dtype=torch.float32)
+            for terminal in (False, True):
+                for flag in (False, True):
+                    outcome[index, int(terminal), int(flag)] = world.risk_outcome(cell, terminal, flag)
+        self.outcome = outcome
+        self.start = _cell_index(START)
+
+    def __len__(self) -> int:
+        return len(self.worlds)
+
+    def obs(self) -> Tensor:
+        """The copies' current observations ``[K, 2]``."""
+        return self.observations[self.cell]
+
+    def step(self, actions: Tensor) -> CopiesStep:
+        """Take ``actions[K]`` in every copy; an ended episode restarts at the start cell."""
+        draws = torch.tensor(
+            [(rng.random(), rng.standard_normal()) for rng in self.generators], dtype=torch.float64
+        )
+        key = (self.cell * 4 + actions) * 2 + self.flag  # [K]
+        # The first branch whose cumulative probability exceeds the uniform.
+        branch = (self.cumulative[key] <= draws[:, :1]).sum(1)
+        cell = self.next_cell[key, branch]
+        terminal = self.terminal[key, branch]
+        flag = self.new_flag[key, branch]
+        reward = self.mean[key, branch] + REWARD_STD * draws[:, 1]
+        steps = self.steps + 1
+        timeout = steps >= self.max_steps
+        ended = terminal | timeout
+        outcome = self.outcome[cell, terminal.long(), flag.long()]
+        terminated = terminal | (timeout & self.timeout_is_terminal)
+        next_obs = self.observations[cell]
+        self.cell = torch.where(ended, self.start, cell)
+        self.steps = torch.where(ended, 0, steps)
+        self.flag = flag & ~ended
+        return CopiesStep(next_obs, reward, terminated, ended, outcome)
+
+    def write_back(self) -> None:
+        """Put the copies' state into their environment objects (which share the generators
+        already), as if each had been stepped alone."""
+        for world, cell, steps, flag in zip(
+            self.worlds, self.cell.tolist(), self.steps.tolist(), self.flag.tolist()
+        ):
+            world._cell = CELLS[cell]
+            world._steps = steps
+            world._flag = bool(flag)
+            world._done = False

@@ -1,0 +1,96 @@
+"""GridWorldCopies: K grid worlds stepped as tensors give each copy's gymnasium transitions."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rs_lightning.envs  # noqa: F401
+from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.envs.grid_world_copies import GridWorldCopies, unwrapped_grid_world
+from rs_lightning.envs.gym_support import BoundsNormalizedObservation
+
+
+def make(env_id: str, **kwargs) -> gym.Env:
+    return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"timeout_is_terminal": False}, {"max_steps": 3}])
+@pytest.mark.parametrize("name", sorted(GRID_WORLDS))
+def test_each_copy_steps_as_its_own_environment(name, kwargs):
+    """The same actions in K gymnasium environments and in K tensor copies seeded alike:
+    the same observations, rewards (to the bit), terminations, R_s and generator states."""
+    env_id, copies_k = GRID_WORLDS[name], 4
+    alone = [make(env_id, **kwargs) for _ in range(copies_k)]
+    together = [make(env_id, **kwargs) for _ in range(copies_k)]
+    for k, (a, b) in enumerate(zip(alone, together)):
+        a.reset(seed=7 + k)
+        b.reset(seed=7 + k)
+    copies = GridWorldCopies(together)
+    actions = np.random.default_rng(0).integers(4, size=(2000, copies_k))
+    ended_episodes = 0
+    for step_actions in actions:
+        step = copies.step(torch.as_tensor(step_actions))
+        for k, env in enumerate(alone):
+            obs, reward, terminated, truncated, info = env.step(int(step_actions[k]))
+            assert np.array_equal(obs, step.next_obs[k].numpy())
+            assert reward == float(step.reward[k])
+            assert terminated == bool(step.terminated[k])
+            assert (terminated or truncated) == bool(step.ended[k])
+            if terminated or truncated:
+                assert info["risk_outcome"] == float(step.risk_outcome[k])
+                env.reset()
+                ended_episodes += 1
+        current = np.stack([env.unwrapped._observations[env.unwrapped.cell] for env in alone])
+        assert np.array_equal(current, copies.obs().numpy())
+    assert ended_episodes > 100
+    copies.write_back()
+    for a, b in zip(alone, together):
+        ua, ub = a.unwrapped, b.unwrapped
+        assert (ua.cell, ua.steps, ua.shortcut_flag) == (ub.cell, ub.steps, ub.shortcut_flag)
+        assert ua.np_random.bit_generator.state == ub.np_random.bit_generator.state
+        b.step(0)  # the written-back environment goes on by itself
+
+
+def test_only_plain_grid_worlds_are_stepped_as_tensors():
+    env_id = GRID_WORLDS["risky_rewards"]
+    assert unwrapped_grid_world(make(env_id)) is not None
+    assert unwrapped_grid_world(BoundsNormalizedObservation(make(env_id))) is None
+    assert unwrapped_grid_world(make("CartPole-v1")) is None
+    fresh = make(env_id)
+    with pytest.raises(ValueError, match="reset"):
+        GridWorldCopies([fresh])
+    a, b = make(env_id), make(env_id, max_steps=5)
+    a.reset(seed=0)
+    b.reset(seed=1)
+    with pytest.raises(ValueError, match="one set of arguments"):
+        GridWorldCopies([a, b])
+
+
+def test_stacked_runs_step_grid_worlds_as_tensors_with_the_same_result(compose, tmp_path):
+    """parallel_seeds on a grid world takes the tensor path; stepping each environment in
+    turn instead gives the same replay memories."""
+    from rs_lightning.schema import validate
+    from rs_lightning.stacked import build_stacked, member_seeds
+
+    settings = validate(compose(["agent=dqn", "parallel_seeds=3", "debug=quick"]))
+    memories, books = [], []
+    for tensor_steps in (True, False):
+        datamodule, module = build_stacked(settings, member_seeds(0, 3))
+        datamodule.tensor_steps = tensor_steps
+        datamodule.setup()
+        stream = datamodule.train_dataloader()
+        assert (stream.copies is not None) == tensor_steps
+        batches = iter(stream)
+        for _ in range(300):
+            next(batches)
+        memories.append(stream.replay.storage)
+        state = datamodule.state_dict()  # writes the copies' state back
+        assert [c["env_steps"] for c in state["collectors"]] == [332] * 3
+        books.append([(c["episodes"], c["episode_return"], c["obs"].tolist(),
+                       c["ended_returns"], c["ended_outcomes"]) for c in state["collectors"]])
+    assert books[0] == books[1]
+    for name in memories[0]:
+        assert torch.equal(memories[0][name], memories[1][name]), name
