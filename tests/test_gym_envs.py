@@ -419,6 +419,21 @@ def test_result_tools_pure_functions():
     assert visit_counts([0, 0, 5], (2, 3)).tolist() == [[2, 0, 0], [0, 0, 1]]
 
 
+def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
+    from rs_lightning.gym_results import main
+
+    for name, clock in (("timed", ', "train_seconds": 61.5'), ("old", "")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval_history.jsonl").write_text(
+            '{"step": 100, "env_steps": 132, "expectation": 20.0%s}\n'
+            '{"step": 200, "env_steps": 232, "expectation": 480.0%s}\n' % (clock, clock)
+        )
+    assert main(["reach", str(tmp_path / "timed"), str(tmp_path / "old")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"{tmp_path / 'timed'} | 200 | 232 | 480.0 | 62"
+    assert lines[2] == f"{tmp_path / 'old'} | 200 | 232 | 480.0 | (not recorded)"
+
+
 def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
     from rs_lightning.gym_results import greedy_visits, heatmap_panel, main
 

@@ -46,6 +46,7 @@ def test_used_by_command_runs_with_quick_debug(tmp_path):
     history = [json.loads(line) for line in (run_dir / "eval_history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [150, 300]  # debug=quick evaluates every 150 updates
     assert all(h["episodes"] == 100 for h in history)
+    assert 0 < history[0]["train_seconds"] < history[1]["train_seconds"]  # wall clock of training
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run was written"
 
 

@@ -102,7 +102,7 @@ class PeriodicEvaluation(pl.Callback):
             return
         metrics = evaluate_during_training(
             pl_module, self.env_config, self.rho, self.episodes, self.seed, self.batch_envs,
-            step, batch.env_steps, self.history_path,
+            step, batch.env_steps, self.history_path, pl_module.clock.seconds(),
         )
         pl_module.live_metrics.update(metrics)
         for logger in trainer.loggers:
@@ -111,10 +111,12 @@ class PeriodicEvaluation(pl.Callback):
 
 def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
                              batch_envs: int, step: int, env_steps: int,
-                             history_path: Path | None) -> dict[str, float]:
+                             history_path: Path | None, train_seconds: float | None = None,
+                             ) -> dict[str, float]:
     """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
     (one JSON line, learning curves that need no logger to survive) and returned as
-    ``eval/*`` metrics."""
+    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far (the run's
+    :class:`~rs_lightning.module.TrainingClock`), recorded as ``train_seconds``."""
     summary = evaluate_policy(
         module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
     )
@@ -124,6 +126,8 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
     metrics["eval/env_steps"] = float(env_steps)
     if history_path is not None:
         record = {"step": step, "env_steps": env_steps, **summary}
+        if train_seconds is not None:
+            record["train_seconds"] = round(train_seconds, 3)
         with open(history_path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
     return metrics

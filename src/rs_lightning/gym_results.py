@@ -6,7 +6,8 @@ where a cliff-walking policy walks.
     python -m rs_lightning.gym_results heatmap <run folder>... --out heatmap.png
 
 - ``reach``: the first periodic evaluation (``eval_history.jsonl``) whose mean return is at
-  least the threshold: its update and environment step (CartPole-v1 is solved at 475).
+  least the threshold: its update, environment step and training wall time (the
+  ``train_seconds`` of runs that record it; CartPole-v1 is solved at 475).
 - ``tradeoff``: E against VaR of the final evaluations of a sweep over alpha (mean and
   standard deviation over seeds), one point per alpha: the price in expectation of a better
   lower tail.
@@ -203,13 +204,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "reach":
-        print("run | update | env steps | mean return")
+        print("run | update | env steps | mean return | train seconds")
         for run_dir in args.run_dirs:
             record = first_reaching(read_history(run_dir), args.threshold)
             if record is None:
                 print(f"{run_dir} | not reached | | max {max(r['expectation'] for r in read_history(run_dir)):.1f}")
             else:
-                print(f"{run_dir} | {record['step']} | {record['env_steps']} | {record['expectation']:.1f}")
+                seconds = record.get("train_seconds")
+                print(f"{run_dir} | {record['step']} | {record['env_steps']} | "
+                      f"{record['expectation']:.1f} | "
+                      + ("(not recorded)" if seconds is None else f"{seconds:.0f}"))
         return 0
     if args.command == "tradeoff":
         from rs_lightning.results import collect

@@ -37,6 +37,22 @@ def exploration_rate(env_step: int, start: float, end: float, decay: float, sche
     return end + (start - end) * max(0.0, 1.0 - env_step / decay)
 
 
+class TrainingClock:
+    """Wall seconds spent in training, summed over the attempts of a resumed run (the time
+    between an interruption and its resume does not count)."""
+
+    def __init__(self) -> None:
+        self.before = 0.0  # seconds of the earlier attempts (from the checkpoint)
+        self.started: float | None = None
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def seconds(self) -> float:
+        running = 0.0 if self.started is None else time.perf_counter() - self.started
+        return self.before + running
+
+
 def make_optimizer(agent, learning) -> torch.optim.Optimizer:
     """Adam on the agent's parameters (fused where the device allows: one kernel per step)."""
     fused = learning.fused_adam and all(
@@ -98,6 +114,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self._direct_backward = False
         # Updates dropped for a NaN / inf loss or gradient (learning.on_non_finite=skip).
         self.skipped_updates = 0
+        self.clock = TrainingClock()
         # Test hooks that break the run on purpose (config section fault_injection).
         self._nan_loss_at = getattr(fault_injection, "nan_loss_at_step", None)
         self._nan_parameters_at = getattr(fault_injection, "nan_parameters_at_step", None)
@@ -130,6 +147,9 @@ class RiskSensitiveQLearning(pl.LightningModule):
         return self.agent.greedy_action(obs.to(self.device, torch.float32), self.utility.greedy)
 
     # --------------------------------------------------------------- learning
+    def on_train_start(self) -> None:
+        self.clock.start()
+
     def on_fit_start(self) -> None:
         # On one device without a gradient scaler, Lightning's manual_backward only adds hook
         # calls around loss.backward(), which cost about a sixth of a DQN step on a CPU.
@@ -263,6 +283,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
             "agent_class": type(self.agent).__name__,
             "agent": self.agent.config.name,
             "skipped_updates": self.skipped_updates,
+            "train_seconds": self.clock.seconds(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -271,6 +292,7 @@ class RiskSensitiveQLearning(pl.LightningModule):
         self.epsilon = state["epsilon"]
         self._episodes = state["episodes"]
         self.skipped_updates = state.get("skipped_updates", 0)
+        self.clock.before = state.get("train_seconds", 0.0)
         torch.set_rng_state(state["torch_rng"])
         name, keys, position, has_gauss, cached = state["numpy_rng"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))

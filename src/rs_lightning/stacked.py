@@ -41,8 +41,8 @@ from rs_lightning.envs.factory import make_env, observation_size
 from rs_lightning.envs.grid_world_copies import GridWorldCopies, unwrapped_grid_world
 from rs_lightning.errors import NumericalFault
 from rs_lightning.module import (
-    RiskSensitiveQLearning, _numpy_global_state, exploration_rate, log_ended_episodes,
-    make_optimizer, parameters_finite,
+    RiskSensitiveQLearning, TrainingClock, _numpy_global_state, exploration_rate,
+    log_ended_episodes, make_optimizer, parameters_finite,
 )
 from rs_lightning.risk import Utility
 
@@ -304,12 +304,16 @@ class StackedQLearning(pl.LightningModule):
         self._episodes = [0 for _ in seeds]
         self._window_start = (time.perf_counter(), 0)
         self.skipped_updates = 0
+        self.clock = TrainingClock()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "_current_fx_name":  # see RiskSensitiveQLearning.__setattr__
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
+
+    def on_train_start(self) -> None:
+        self.clock.start()
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -436,6 +440,7 @@ class StackedQLearning(pl.LightningModule):
             "agent": self.agent.config.name,
             "seeds": list(self.seeds),
             "skipped_updates": self.skipped_updates,
+            "train_seconds": self.clock.seconds(),
             # Entries of the state dict with a leading member dimension (buffers are shared).
             "stacked_keys": [f"{prefix}.{name}" for prefix in ("agent", "target_agent")
                              for name, _ in self.agent.named_parameters()],
@@ -448,6 +453,7 @@ class StackedQLearning(pl.LightningModule):
         self.epsilon = state["epsilon"]
         self._episodes = list(state["episodes"])
         self.skipped_updates = state.get("skipped_updates", 0)
+        self.clock.before = state.get("train_seconds", 0.0)
         torch.set_rng_state(state["torch_rng"])
         name, keys, position, has_gauss, cached = state["numpy_rng"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
@@ -471,10 +477,12 @@ class StackedPeriodicEvaluation(pl.Callback):
         if self.every_n_steps <= 0 or step % self.every_n_steps:
             return
         shown: dict[str, list[float]] = {}
+        train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
         for k, seed in enumerate(self.seeds):
             metrics = evaluate_during_training(
                 pl_module.member_module(k), self.env_config, self.rho, self.episodes, seed,
                 self.batch_envs, step, batch.env_steps, self.history_paths[k],
+                train_seconds,
             )
             for logger in pl_module.member_loggers[k]:
                 logger.log_metrics(metrics, step=step)
@@ -547,6 +555,7 @@ def member_checkpoint(stacked: dict[str, Any], k: int) -> dict[str, Any]:
         "agent_class": own["agent_class"],
         "agent": own["agent"],
         "skipped_updates": own["skipped_updates"],
+        "train_seconds": own.get("train_seconds", 0.0),
     }
     return checkpoint
 
