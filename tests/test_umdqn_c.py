@@ -376,3 +376,20 @@ def test_per_sample_cramer_loss_misses_the_minority_mode():
     """sum_i sqrt(sum_z ...) is minimised by a geometric median of the per-sample targets, not
     by their mean: it drops the 25% mode at -1 (W1 ~ 0.5 = 0.25 * 2)."""
     assert learn_bandit("cramer", [(1500, 1e-3)]) > 0.3
+
+
+@pytest.mark.parametrize("rows", [1, 32, 64, 300])
+@pytest.mark.parametrize("columns", [1, 3, 8, 12])
+def test_unique_rows_is_torch_unique(rows, columns):
+    """The column-sorted distinct rows (and the fallback) agree with torch.unique(dim=0):
+    repeated grid cells, continuous states, signed zeros."""
+    from rs_lightning.agents.umdqn_c import unique_rows
+
+    gen = torch.Generator().manual_seed(rows * 100 + columns)
+    cells = torch.randint(-2, 3, (rows, columns), generator=gen).float() * 0.5
+    cells[cells == 0] = torch.where(torch.rand((cells == 0).sum(), generator=gen) < 0.5, -0.0, 0.0)
+    for x in (cells, torch.randn(rows, columns, generator=gen)):
+        expected, expected_inverse = torch.unique(x, dim=0, return_inverse=True)
+        distinct, inverse = unique_rows(x)
+        assert torch.equal(distinct, expected) and torch.equal(inverse, expected_inverse)
+        assert torch.equal(distinct[inverse], x)

@@ -460,7 +460,7 @@ def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:
     member = torch.arange(members, device=obs.device).repeat_interleave(rows)
     # One sort for all: rows keyed by their member come out grouped by member, in order.
     keyed = torch.cat([member.unsqueeze(1).to(obs.dtype), obs.flatten(0, 1)], dim=1)
-    distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    distinct, inverse = unique_rows(keyed)
     owner = distinct[:, 0].long()
     counts = torch.bincount(owner, minlength=members)
     slot = torch.arange(owner.shape[0], device=obs.device) - (counts.cumsum(0) - counts)[owner]
@@ -484,7 +484,32 @@ def distinct_rows(obs: Tensor) -> tuple[Tensor, Tensor]:
     """The distinct rows of ``obs`` and the index of each row among them."""
     if obs.shape[0] == 1:
         return obs, torch.zeros(1, dtype=torch.long, device=obs.device)
-    return torch.unique(obs, dim=0, return_inverse=True)
+    return unique_rows(obs)
+
+
+# From this many rows and up to this many columns, sorting column by column beats
+# torch.unique(dim=0), which compares rows one pair at a time (on this machine's CPU: 0.7 ms
+# for 256 rows of 3 columns, 0.23 ms sorted; for 32 rows of 2, 0.13 ms and 0.19 ms).
+_SORTED_UNIQUE_MIN_ROWS = 64
+_SORTED_UNIQUE_MAX_COLUMNS = 8
+
+
+def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.unique(rows, dim=0, return_inverse=True)``: the distinct rows of ``rows[N, D]``
+    in lexicographic order and the index of each row among them. Narrow rows are sorted
+    with one stable argsort per column, last column first (a radix sort), and told apart
+    from their predecessor in one comparison."""
+    if rows.shape[0] < _SORTED_UNIQUE_MIN_ROWS or rows.shape[1] > _SORTED_UNIQUE_MAX_COLUMNS:
+        return torch.unique(rows, dim=0, return_inverse=True)
+    order = torch.argsort(rows[:, -1], stable=True)
+    for column in range(rows.shape[1] - 2, -1, -1):
+        order = order.index_select(0, torch.argsort(rows[order, column], stable=True))
+    ordered = rows.index_select(0, order)
+    starts = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(1)
+    inverse = torch.empty_like(order)
+    inverse[order] = starts.cumsum(0) - 1
+    return ordered[starts], inverse
 
 
 # --------------------------------------------------------------------------------------------
