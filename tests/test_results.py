@@ -51,3 +51,21 @@ def test_results_files_are_written_into_the_sweep_folder(tmp_path):
 def test_cli_reports_an_empty_sweep_folder(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "no */eval.json" in capsys.readouterr().err
+
+
+def test_several_sweeps_pool_into_one_table(tmp_path, capsys):
+    for name, agent, seeds in (("a", "c51", (0, 1)), ("b", "iqn", (0,)), ("c", "c51", (2,))):
+        for seed in seeds:
+            job = tmp_path / name / f"{seed}"
+            job.mkdir(parents=True)
+            row = eval_row("rs_lightning/RiskyRewards-v0", agent, seed, 0.1, -0.12, True)
+            job.joinpath("eval.json").write_text(json.dumps(row))
+    sweeps = [str(tmp_path / name) for name in "abc"]
+    assert main(sweeps) == 2
+    assert "--out: several sweeps pool into one table" in capsys.readouterr().err
+    assert main([*sweeps, "--out", str(tmp_path / "pooled")]) == 0
+    lines = [line for line in (tmp_path / "pooled" / "results.md").read_text().splitlines()
+             if line.startswith("| RiskyRewards")]
+    assert lines[0].startswith("| RiskyRewards-v0 | c51 | 0.5 | var_0.1 | 3 |")
+    assert lines[1].startswith("| RiskyRewards-v0 | iqn | 0.5 | var_0.1 | 1 |")
+    assert not (tmp_path / "a" / "results.md").exists()

@@ -1,9 +1,11 @@
 """Collect a sweep's ``eval.json`` files into a results table beside the paper's numbers.
 
     python -m rs_lightning.results outputs/multirun/<date_time>
+    python -m rs_lightning.results <sweep> <sweep>... --out <folder>
 
-writes ``results.md`` and ``results.csv`` into the sweep folder and prints the table. The
-``paper_table`` experiment runs this automatically when its multirun ends.
+writes ``results.md`` and ``results.csv`` into the sweep folder (or, for several sweeps
+pooled into one table, into ``--out``) and prints the table. The ``paper_table`` experiment
+runs this automatically when its multirun ends.
 """
 
 from __future__ import annotations
@@ -169,24 +171,34 @@ def to_csv(table: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_results(sweep_dir: Path) -> str:
-    """Write results.md and results.csv into ``sweep_dir``; returns the Markdown table."""
-    rows = collect(sweep_dir)
+def write_results(sweep_dir: Path, *more: Path, out: Path | None = None) -> str:
+    """Write results.md and results.csv into ``out`` (by default ``sweep_dir``) from the jobs
+    of ``sweep_dir`` and any ``more`` sweeps; returns the Markdown table."""
+    rows = [row for folder in (sweep_dir, *more) for row in collect(folder)]
     if not rows:
-        raise FileNotFoundError(f"no */eval.json below {sweep_dir}")
+        raise FileNotFoundError(f"no */eval.json below {', '.join(map(str, (sweep_dir, *more)))}")
     table = summarize(rows)
     markdown = to_markdown(table)
-    (Path(sweep_dir) / "results.md").write_text(markdown)
-    (Path(sweep_dir) / "results.csv").write_text(to_csv(table))
+    out = Path(out or sweep_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(markdown)
+    (out / "results.csv").write_text(to_csv(table))
     return markdown
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="a multirun folder holding one folder per job")
+    parser.add_argument("sweep_dirs", type=Path, nargs="+",
+                        help="multirun folders holding one folder per job")
+    parser.add_argument("--out", type=Path,
+                        help="folder for results.md / results.csv (needed for several sweeps)")
     args = parser.parse_args(argv)
+    if len(args.sweep_dirs) > 1 and args.out is None:
+        print("error: --out: several sweeps pool into one table; name the folder to write it "
+              "into (e.g. --out outputs/tables/agents)", file=sys.stderr)
+        return 2
     try:
-        print(write_results(args.sweep_dir))
+        print(write_results(*args.sweep_dirs, out=args.out))
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
