@@ -109,6 +109,25 @@ def test_iqn_loss_is_the_plain_loss_with_the_same_draws():
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("route", ["common", "native"])
+def test_iqn_midpoint_acting_is_deterministic_and_reads_the_midpoint_quantiles(route):
+    """acting_fractions=midpoints: the same greedy actions at every call, and the acting
+    distribution is Z at (k + 1/2) / K; sampled acting draws afresh (and differs somewhere)."""
+    agent = make_agent("iqn", acting_fractions="midpoints", risk_route=route)
+    obs = CELLS.float()
+    utility = Utility(0.5, "cvar", {"rho": 0.25})
+    torch.manual_seed(0)
+    first = agent.greedy_action(obs, utility.greedy)
+    assert all(torch.equal(agent.greedy_action(obs, utility.greedy), first) for _ in range(5))
+    expected = agent.quantiles(obs, midpoint_fractions(32).unsqueeze(0))
+    assert torch.allclose(agent.return_distribution(obs).values, expected.sort(-1).values)
+    sampled = make_agent("iqn", acting_fractions="sampled", risk_route=route)
+    draws = [sampled.return_distribution(obs).values for _ in range(2)]
+    assert not torch.equal(draws[0], draws[1])
+    with pytest.raises(ValueError, match="agent.acting_fractions: must be one of sampled, midpoints"):
+        make_agent("iqn", acting_fractions="grid")
+
+
 @pytest.mark.parametrize("spread", [1.0, 0.25])
 def test_umdqn_w_starts_from_one_quantile_function_on_the_support(spread):
     for seed in range(3):

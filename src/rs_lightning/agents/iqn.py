@@ -27,6 +27,13 @@ whose product with the head is the largest cost after the cosine embedding itsel
 random draws are the same, in the same order, as computing every action's values and
 gathering the taken one.
 
+``acting_fractions``: ``sampled`` (default, the paper) draws the K fractions afresh at every
+call, so the greedy policy itself is random where two actions' utilities are close (its
+Monte Carlo evaluation averages over the draws, while ``policy.json`` and the exact metrics
+describe one draw); ``midpoints`` uses the fixed fractions (k + 1/2) / K, k < K: a
+deterministic greedy policy and target action (a midpoint rule for the utility's integral
+of the quantile function). The N and N' fractions of the loss are sampled either way.
+
 ``risk_route``: how a distortion risk measure (VaR, CVaR, Wang, CPW, power) enters the utility.
 
 - ``common`` (default): like every agent, the K sampled values go to the risk module, which
@@ -59,10 +66,11 @@ from rs_lightning.agents.base import (
     mlp,
     register_agent,
 )
-from rs_lightning.agents.qr_dqn import check_kappa
+from rs_lightning.agents.qr_dqn import check_kappa, midpoint_fractions
 from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
 
 RISK_ROUTES = ("common", "native")
+ACTING_FRACTIONS = ("sampled", "midpoints")
 
 
 @dataclass
@@ -77,6 +85,7 @@ class IQNConfig(AgentConfig):
     n_acting_fractions: int = MISSING  # K: fractions of the distribution handed to the utility
     kappa: float = MISSING  # Huber threshold of the quantile loss
     risk_route: str = MISSING  # common | native (module docstring)
+    acting_fractions: str = MISSING  # sampled | midpoints (module docstring)
 
     def check(self) -> None:
         super().check()
@@ -94,6 +103,11 @@ class IQNConfig(AgentConfig):
             raise ValueError(
                 f"agent.risk_route: must be one of {', '.join(RISK_ROUTES)}, "
                 f"got {self.risk_route!r}"
+            )
+        if self.acting_fractions not in ACTING_FRACTIONS:
+            raise ValueError(
+                f"agent.acting_fractions: must be one of {', '.join(ACTING_FRACTIONS)}, "
+                f"got {self.acting_fractions!r}"
             )
 
 
@@ -195,6 +209,14 @@ class IQN(Agent):
         """``[batch, n]`` fractions tau ~ U(0, 1)."""
         return torch.rand(batch, n, device=like.device)
 
+    def acting_fractions(self, like: Tensor) -> Tensor:
+        """The K fractions of acting and of the target action, shared by the states of a call
+        -> ``[1, K]``: fresh draws, or the fixed midpoints (``acting_fractions``)."""
+        k = self.config.n_acting_fractions
+        if self.config.acting_fractions == "midpoints":
+            return midpoint_fractions(k, like).unsqueeze(0)
+        return self.sample_fractions(1, k, like)
+
     def distribution(self, quantiles: Tensor) -> ReturnDistribution:
         """The common form: the sampled quantile values, equally weighted (sorted)."""
         return from_quantiles(quantiles)
@@ -203,8 +225,7 @@ class IQN(Agent):
         """K sampled quantile values per action -> ``[B, A, K]``. The states of one call share
         their K fractions (each state's decision compares its actions on common fractions
         anyway), so the fraction embedding runs K times, not B * K times."""
-        fractions = self.sample_fractions(1, self.config.n_acting_fractions, obs)
-        return self.distribution(self.quantiles(obs, fractions))
+        return self.distribution(self.quantiles(obs, self.acting_fractions(obs)))
 
     # -- the native risk route ----------------------------------------------------------------
 
@@ -218,14 +239,13 @@ class IQN(Agent):
         return utility
 
     def native_fractions(self, utility: Utility, batch: int, like: Tensor) -> Tensor:
-        """K fractions tau_k ~ U(0, 1) for E, then K distorted ones beta(tau'_k) for R (only the
-        parts the utility's weights use) -> ``[B, T]``."""
-        k = self.config.n_acting_fractions
+        """The K acting fractions tau_k for E, then K distorted ones beta(tau'_k) for R (only
+        the parts the utility's weights use) -> ``[B, T]``."""
         parts = []
         if utility.alpha > 0.0:
-            parts.append(self.sample_fractions(batch, k, like))
+            parts.append(self.acting_fractions(like).expand(batch, -1))
         if utility.alpha < 1.0:
-            parts.append(utility.fraction_map()(self.sample_fractions(batch, k, like)))
+            parts.append(utility.fraction_map()(self.acting_fractions(like).expand(batch, -1)))
         return torch.cat(parts, dim=-1)
 
     def native_values(self, utility: Utility, quantiles: Tensor) -> Tensor:
@@ -257,7 +277,7 @@ class IQN(Agent):
             utility = self.native_utility(choose_action)
             target_fractions = self.sample_fractions(1, config.n_target_fractions, batch.obs)
             if utility is None:
-                acting = self.sample_fractions(1, config.n_acting_fractions, batch.obs)
+                acting = self.acting_fractions(batch.obs)
             else:
                 acting = self.native_fractions(utility, 1, batch.obs)
             next_quantiles = target.quantiles(  # type: ignore[attr-defined]
