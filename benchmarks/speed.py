@@ -15,6 +15,10 @@ the difference in steps, so start-up costs cancel. Cases:
 - ``stacked8_<agent>``: ``parallel_seeds=8``, eight seeds side by side in one process (one
   step = one step of each of the 8 seeds); its throughput is compared with 8 sequential runs,
   i.e. 8 x the ``lightning_<agent>`` step;
+- ``stacked8_<agent>_2threads`` and ``side_by_side_<agent>``: the whole 2-core machine, used
+  two ways: the 8 stacked seeds with two torch threads, against two sequential runs side by
+  side (two processes of one thread, as ``hydra/launcher=joblib`` with ``n_jobs=2`` runs
+  them; the step time is that of the slower one, the throughput two runs' worth);
 - ``compiled_<agent>``: ``hardware.compile=true`` (torch.compile of the loss and of the
   return distribution; compile time cancels in the difference of the two runs);
 - ``flops``: the FLOPs of one RS-UMDQN-C update (torch's FlopCounterMode: matrix products),
@@ -273,11 +277,38 @@ def measure(case: str, steps: int, threads: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def measure_side_by_side(case: str, steps: int, threads: int, copies: int = 2) -> dict:
+    """``copies`` processes of ``case`` started together; the slower one's result."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
+    processes = [subprocess.Popen(
+        [sys.executable, __file__, "--worker", case, "--steps", str(steps), "--threads", str(threads)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    ) for _ in range(copies)]
+    results = []
+    for process in processes:
+        out, _ = process.communicate()
+        if process.returncode:
+            raise subprocess.CalledProcessError(process.returncode, process.args)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return max(results, key=lambda r: r["seconds"])
+
+
+def measure_case(case: str, steps: int, threads: int) -> dict:
+    if case.startswith("side_by_side_"):
+        return measure_side_by_side("lightning_" + case.removeprefix("side_by_side_"), steps, threads)
+    if case.endswith("_2threads"):
+        return measure(case.removesuffix("_2threads"), steps, 2)
+    return measure(case, steps, threads)
+
+
 def available_cases() -> list[str]:
     sys.path.insert(0, str(ROOT / "src"))
     from rs_lightning.agents import AGENTS
 
     stacked = [f"stacked{MEMBERS}_{name}" for name in STACKED_TARGETS]
+    if (os.cpu_count() or 1) >= 2:
+        stacked += [f"stacked{MEMBERS}_{name}_2threads" for name in STACKED_TARGETS]
+        stacked += [f"side_by_side_{name}" for name in STACKED_TARGETS]
     return (["plain_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(AGENTS) - {"dqn"})]]
             + ["compiled_dqn"] + stacked + ["flops"])
 
@@ -306,8 +337,8 @@ def main() -> None:
     for case in cases:
         samples = []
         for _ in range(args.repeats):
-            short = measure(case, SHORT, args.threads)
-            long = measure(case, LONG, args.threads)
+            short = measure_case(case, SHORT, args.threads)
+            long = measure_case(case, LONG, args.threads)
             samples.append((long["seconds"] - short["seconds"]) / (LONG - SHORT))
             peak[case] = max(peak.get(case, 0.0), long["peak_mb"])
         per_step[case] = statistics.median(samples)
@@ -351,6 +382,13 @@ def main() -> None:
             verdict = "met" if ratio >= target else "MISSED"
             lines.append(f"| throughput of {MEMBERS} stacked seeds / {MEMBERS} sequential runs, "
                          f"{name} | {ratio:.2f}x | >= {target}x ({verdict}) |")
+    for name in STACKED_TARGETS:
+        stacked, pair = f"stacked{MEMBERS}_{name}_2threads", f"side_by_side_{name}"
+        if stacked in per_step and pair in per_step:
+            # Side by side: two runs' steps per pair step; stacked: MEMBERS runs' steps.
+            ratio = (MEMBERS / per_step[stacked]) / (2 / per_step[pair])
+            lines.append(f"| both cores: {MEMBERS} stacked seeds (2 threads) / 2 sequential runs "
+                         f"side by side (1 thread each), {name} | {ratio:.2f}x | |")
     if flops is not None:
         peak_flops = flops["peak"]
         for label, key in (("one RS-UMDQN-C update", "single"),
