@@ -164,3 +164,26 @@ def test_parallel_seeds_with_vector_envs_is_refused(compose):
 
     with pytest.raises(ConfigError, match="parallel_seeds: .* env.num_envs=4"):
         validate(compose(["parallel_seeds=2", "env.num_envs=4"]))
+
+
+@pytest.mark.parametrize("parallel_seeds", [1, 2])
+def test_hardware_compile_compiles_sequential_and_stacked_agents(compose, parallel_seeds):
+    """hardware.compile=true wraps the agent's loss and return distribution in torch.compile
+    whether the seeds run one per process or stacked (nothing is compiled until called)."""
+    from rs_lightning.schema import validate
+    from rs_lightning.stacked import build_stacked, member_seeds
+    from rs_lightning.train import build
+
+    def built(compiled: bool):
+        settings = validate(compose(["agent=dqn", f"parallel_seeds={parallel_seeds}",
+                                     f"hardware.compile={str(compiled).lower()}"]))
+        if parallel_seeds == 1:
+            return build(settings)[1]
+        return build_stacked(settings, member_seeds(0, parallel_seeds))[1]
+
+    def compiled_functions(module):
+        return {name for name in ("loss", "return_distribution")
+                if hasattr(getattr(module.agent, name), "_torchdynamo_orig_callable")}
+
+    assert compiled_functions(built(True)) == {"loss", "return_distribution"}
+    assert compiled_functions(built(False)) == set()

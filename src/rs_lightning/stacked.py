@@ -521,6 +521,10 @@ def build_stacked(settings, seeds: list[int], member_loggers=None
         member_loggers=member_loggers,
     )
     datamodule.attach_policy(module.explore)
+    if train.hardware.compile:
+        from rs_lightning.train import compile_agent
+
+        compile_agent(module.agent)
     return datamodule, module
 
 
