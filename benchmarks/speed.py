@@ -21,8 +21,8 @@ the difference in steps, so start-up costs cancel. Cases:
   them; the step time is that of the slower one, the throughput two runs' worth);
 - ``compiled_<agent>``: ``hardware.compile=true`` (torch.compile of the loss and of the
   return distribution; compile time cancels in the difference of the two runs);
-- ``flops``: the FLOPs of one RS-UMDQN-C update (torch's FlopCounterMode: matrix products),
-  its FLOP/s alone and with 8 stacked members, and the FLOP/s of a 1024 x 1024 float32
+- ``flops``: the FLOPs of one RS-UMDQN-C update and of one DQN update (torch's
+  FlopCounterMode: matrix products), their FLOP/s alone and with 8 stacked members, and the FLOP/s of a 1024 x 1024 float32
   matrix product on this machine (the practical ceiling).
 
 Every registered agent is a case; the table prints each one's step time as a ratio to
@@ -253,6 +253,8 @@ def worker(case: str, steps: int, threads: int) -> None:
             "peak": matmul_peak(threads),
             "single": update_flops("rs_umdqn_c", threads),
             "stacked": update_flops("rs_umdqn_c", threads, MEMBERS),
+            "dqn_single": update_flops("dqn", threads),
+            "dqn_stacked": update_flops("dqn", threads, MEMBERS),
         }
         print(json.dumps(result))
         return
@@ -392,7 +394,9 @@ def main() -> None:
     if flops is not None:
         peak_flops = flops["peak"]
         for label, key in (("one RS-UMDQN-C update", "single"),
-                           (f"{MEMBERS} stacked RS-UMDQN-C updates", "stacked")):
+                           (f"{MEMBERS} stacked RS-UMDQN-C updates", "stacked"),
+                           ("one DQN update", "dqn_single"),
+                           (f"{MEMBERS} stacked DQN updates", "dqn_stacked")):
             entry = flops[key]
             lines.append(
                 f"| FLOP/s of {label} ({entry['flops'] / 1e6:.0f} MFLOP in "
