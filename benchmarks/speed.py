@@ -270,34 +270,26 @@ def worker(case: str, steps: int, threads: int) -> None:
     print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
 
 
-def measure(case: str, steps: int, threads: int) -> dict:
+def measure(case: str, steps: int, threads: int, copies: int = 1) -> dict:
+    """Run ``case`` in ``copies`` worker processes started together (2: side by side, as
+    ``hydra/launcher=joblib`` with ``n_jobs=2``); the slowest one's result."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", case, "--steps", str(steps), "--threads", str(threads)],
-        capture_output=True, text=True, env=env, check=True, cwd=ROOT,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def measure_side_by_side(case: str, steps: int, threads: int, copies: int = 2) -> dict:
-    """``copies`` processes of ``case`` started together; the slower one's result."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
-    processes = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", case, "--steps", str(steps), "--threads", str(threads)],
-        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-    ) for _ in range(copies)]
+    command = [sys.executable, __file__, "--worker", case, "--steps", str(steps),
+               "--threads", str(threads)]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=ROOT) for _ in range(copies)]
     results = []
     for process in processes:
-        out, _ = process.communicate()
+        out, err = process.communicate()
         if process.returncode:
-            raise subprocess.CalledProcessError(process.returncode, process.args)
+            raise subprocess.CalledProcessError(process.returncode, command, out, err)
         results.append(json.loads(out.strip().splitlines()[-1]))
     return max(results, key=lambda r: r["seconds"])
 
 
 def measure_case(case: str, steps: int, threads: int) -> dict:
     if case.startswith("side_by_side_"):
-        return measure_side_by_side("lightning_" + case.removeprefix("side_by_side_"), steps, threads)
+        return measure("lightning_" + case.removeprefix("side_by_side_"), steps, threads, copies=2)
     if case.endswith("_2threads"):
         return measure(case.removesuffix("_2threads"), steps, 2)
     return measure(case, steps, threads)

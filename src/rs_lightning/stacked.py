@@ -37,6 +37,7 @@ from rs_lightning.agents.base import Agent, Problem, Transitions, member_state, 
 from rs_lightning.callbacks import evaluate_during_training
 from rs_lightning.data.datamodule import EnvCollector
 from rs_lightning.data.replay import ReplayBuffer
+from rs_lightning.data.vector_collection import learning_reward
 from rs_lightning.envs.factory import make_env, observation_size
 from rs_lightning.envs.grid_world_copies import GridWorldCopies, unwrapped_grid_world
 from rs_lightning.errors import NumericalFault
@@ -151,9 +152,7 @@ class StackedExperienceStream(IterableDataset):
         obs = copies.obs()
         actions = torch.tensor(self.policy(obs, collectors[0].env_steps))
         step = copies.step(actions)
-        learnt = step.reward * self.reward_scale
-        if self.reward_clip is not None:
-            learnt = learnt.clamp(-self.reward_clip, self.reward_clip)
+        learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
         self.replay.add_batch(obs, actions, learnt.float(), step.next_obs, step.terminated.float())
         self.episode_returns += step.reward
         for collector in collectors:

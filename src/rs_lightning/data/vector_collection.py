@@ -38,11 +38,15 @@ Policy = Callable[[np.ndarray, int], int]
 BatchPolicy = Callable[[np.ndarray, int], np.ndarray]
 
 
-def learning_reward(reward: float, scale: float, clip: float | None) -> float:
-    """The reward the learner stores: scaled, then clipped to [-clip, clip]."""
+def learning_reward(reward, scale: float, clip: float | None):
+    """The reward the learner stores: scaled, then clipped to [-clip, clip]. ``reward`` is a
+    float, or a tensor of several environments' rewards (clipped elementwise)."""
     reward = reward * scale
     if clip is not None:
-        reward = min(max(reward, -clip), clip)
+        if isinstance(reward, torch.Tensor):
+            reward = reward.clamp(-clip, clip)
+        else:
+            reward = min(max(reward, -clip), clip)
     return reward
 
 
