@@ -310,7 +310,7 @@ def available_cases() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="median over this many pairs of runs")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (every case once per round; medians over rounds)")
     parser.add_argument("--cases", nargs="*", help="subset of cases (default: all)")
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -328,15 +328,28 @@ def main() -> None:
     if "flops" in cases:
         cases = [case for case in cases if case != "flops"]
         flops = measure("flops", 0, args.threads)
-    for case in cases:
-        samples = []
-        for _ in range(args.repeats):
+    # Rounds: every case once per round, so that a slow spell of the machine (a shared VM's
+    # neighbours) falls on all cases alike; a ratio is the median of its per-round ratios.
+    samples: dict[str, list[float]] = {case: [] for case in cases}
+    for round_ in range(args.repeats):
+        for case in cases:
             short = measure_case(case, SHORT, args.threads)
             long = measure_case(case, LONG, args.threads)
-            samples.append((long["seconds"] - short["seconds"]) / (LONG - SHORT))
+            samples[case].append((long["seconds"] - short["seconds"]) / (LONG - SHORT))
             peak[case] = max(peak.get(case, 0.0), long["peak_mb"])
-        per_step[case] = statistics.median(samples)
-        print(f"  measured {case:<24} {per_step[case] * 1e3:8.3f} ms/step", file=sys.stderr)
+            print(f"  round {round_ + 1}: {case:<24} {samples[case][-1] * 1e3:8.3f} ms/step",
+                  file=sys.stderr)
+    per_step.update({case: statistics.median(values) for case, values in samples.items()})
+
+    def per_round(a: str, b: str, scale: float = 1.0, inverse: bool = False) -> list[float]:
+        """scale x (a's step time / b's) in each round, or scale / that if ``inverse``."""
+        values = [x / y for x, y in zip(samples[a], samples[b])]
+        return [scale / v if inverse else scale * v for v in values]
+
+    def show(values: list[float]) -> str:
+        """median (min-max) over rounds."""
+        spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
+        return f"{statistics.median(values):.2f}x{spread}"
 
     lines = [
         f"# Speed benchmark ({platform.node() and 'this machine'}: {os.cpu_count()} cores, "
@@ -348,6 +361,9 @@ def main() -> None:
         f"Load average (1 min) of the machine: {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after (other work shares the cores when it is above ~1).",
         "",
+        f"Each case ran in {args.repeats} rounds (every case once per round); step times are "
+        "medians over rounds, ratios medians of the per-round ratios (min-max in brackets).",
+        "",
         "| case | ms / step | peak RSS (MB) |",
         "|---|---|---|",
     ]
@@ -356,33 +372,33 @@ def main() -> None:
     lines += ["", "| ratio | measured | target |", "|---|---|---|"]
     for (a, b), target in TARGETS.items():
         if a in per_step and b in per_step:
-            ratio = per_step[a] / per_step[b]
-            verdict = "met" if ratio <= target else "MISSED"
-            lines.append(f"| {a} / {b} | {ratio:.2f}x | <= {target}x ({verdict}) |")
+            values = per_round(a, b)
+            verdict = "met" if statistics.median(values) <= target else "MISSED"
+            lines.append(f"| {a} / {b} | {show(values)} | <= {target}x ({verdict}) |")
     for case in cases:
         single = "lightning_" + case.removeprefix("compiled_")
         if case.startswith("compiled_") and single in per_step:
             lines.append(f"| {case} / {single} (hardware.compile=true) | "
-                         f"{per_step[case] / per_step[single]:.2f}x | |")
+                         f"{show(per_round(case, single))} | |")
     for case in cases:
         if case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step:
             pair = (case, "lightning_dqn")
             if pair not in TARGETS:
-                lines.append(f"| {case} / lightning_dqn | {per_step[case] / per_step['lightning_dqn']:.2f}x | |")
+                lines.append(f"| {case} / lightning_dqn | {show(per_round(case, 'lightning_dqn'))} | |")
     for name, target in STACKED_TARGETS.items():
         stacked, single = f"stacked{MEMBERS}_{name}", f"lightning_{name}"
         if stacked in per_step and single in per_step:
-            ratio = MEMBERS * per_step[single] / per_step[stacked]
-            verdict = "met" if ratio >= target else "MISSED"
+            values = per_round(stacked, single, scale=MEMBERS, inverse=True)
+            verdict = "met" if statistics.median(values) >= target else "MISSED"
             lines.append(f"| throughput of {MEMBERS} stacked seeds / {MEMBERS} sequential runs, "
-                         f"{name} | {ratio:.2f}x | >= {target}x ({verdict}) |")
+                         f"{name} | {show(values)} | >= {target}x ({verdict}) |")
     for name in STACKED_TARGETS:
         stacked, pair = f"stacked{MEMBERS}_{name}_2threads", f"side_by_side_{name}"
         if stacked in per_step and pair in per_step:
             # Side by side: two runs' steps per pair step; stacked: MEMBERS runs' steps.
-            ratio = (MEMBERS / per_step[stacked]) / (2 / per_step[pair])
+            values = per_round(stacked, pair, scale=MEMBERS / 2, inverse=True)
             lines.append(f"| both cores: {MEMBERS} stacked seeds (2 threads) / 2 sequential runs "
-                         f"side by side (1 thread each), {name} | {ratio:.2f}x | |")
+                         f"side by side (1 thread each), {name} | {show(values)} | |")
     if flops is not None:
         peak_flops = flops["peak"]
         for label, key in (("one RS-UMDQN-C update", "single"),
