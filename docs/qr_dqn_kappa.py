@@ -10,21 +10,28 @@ the orange goal N(+1) w.p. 0.75 / N(-1) w.p. 0.25; gamma 0.9), and prints E, VaR
 U = 0.5 E + 0.5 VaR_0.1 read from the learnt values, as the agent reads them (the README
 section "Results of the other agents" quotes its output):
 
-    python docs/qr_dqn_kappa.py        # about half a minute
+    python docs/qr_dqn_kappa.py        # about ten seconds
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor
 
 from rs_lightning.agents.qr_dqn import midpoint_fractions, quantile_huber_loss
-from rs_lightning.envs.grid_worlds import REWARD_STD
+from rs_lightning.envs.grid_worlds import REWARD_STD, RiskyRewards
 from rs_lightning.risk import Utility, expectation, from_quantiles, value_at_risk
 
-GAMMA = 0.9
-STEP_REWARD = -0.1
-GOALS = {"green": ((1.0, 0.3),), "orange": ((0.75, 1.0), (0.25, -1.0))}
+# The environment and its learning discount, as training uses them.
+GAMMA = OmegaConf.load(Path(__file__).parents[1] / "conf" / "env" / "risky_rewards.yaml").gamma
+STEP_REWARD = RiskyRewards.step_reward
+GOALS = {  # path name -> the goal's reward components ((probability, mean), ...)
+    "green" if outcome > 0 else "orange": components
+    for components, outcome in RiskyRewards.goals.values()
+}
 N_QUANTILES = 200
 N_SAMPLES = 200_000  # Monte Carlo samples of each target distribution
 
