@@ -16,7 +16,8 @@ import torch
 
 from rs_lightning.errors import NumericalFault
 from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
-from rs_lightning.train import AtomicCheckpointIO, build, run
+from rs_lightning.engine.build import AtomicCheckpointIO, build
+from rs_lightning.train import run
 from rs_lightning.wandb_support import wandb_online_problem
 from tests.conftest import ROOT
 

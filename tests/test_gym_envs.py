@@ -16,13 +16,8 @@ import torch
 from omegaconf import OmegaConf
 
 import tests.gym_test_envs  # noqa: F401  (registers TinyImage-v0, ShiftedCounter-v0)
-from rs_lightning.data.datamodule import EnvCollector
-from rs_lightning.data.replay import ReplayBuffer
-from rs_lightning.data.vector_collection import (
-    VectorEnvCollector,
-    VectorExperienceStream,
-    learning_reward,
-)
+from rs_lightning.engine.experience import Collector, ExperienceStream, learning_reward
+from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.cliff_walking import (
     COLUMNS,
     START_STATE,
@@ -37,6 +32,7 @@ from rs_lightning.envs.cliff_walking import (
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.gym_support import bounds_normalization, discounted_return_bounds
 from rs_lightning.errors import ConfigError
+from rs_lightning.replay import ReplayMemory
 from rs_lightning.schema import EnvSection
 from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
@@ -204,14 +200,13 @@ def test_presets_cover_the_returns_of_their_rewards(name):
 
 def test_reward_scale_is_applied_for_learning_and_returns_stay_unscaled():
     assert learning_reward(-10.0, 0.1, None) == -1.0 and learning_reward(-10.0, 0.1, 0.5) == -0.5
-    env = make_env(env_section(id="CartPole-v1"))
-    replay = ReplayBuffer(600, 4, seed=0)
-    collector = EnvCollector(env, replay, reward_clip=None, seed=0, reward_scale=0.01)
-    while not collector.ended_returns:
-        collector.step(lambda obs, step: 0)
+    collector = one_member_collector(env_section(id="CartPole-v1"), copies=1, capacity=600,
+                                     reward_scale=0.01)
+    while not collector.ended_returns[0]:
+        collector.step(lambda obs, step: torch.zeros(obs.shape[:2], dtype=torch.long))
     steps = collector.env_steps
-    assert torch.allclose(replay.reward[:steps], torch.full((steps,), 0.01))
-    assert collector.ended_returns == [float(steps)]
+    assert torch.allclose(collector.replay.reward[0, :steps], torch.full((steps,), 0.01))
+    assert collector.ended_returns == [[float(steps)]]
 
 
 # ------------------------------------------------------------------------ cliff walking
@@ -286,52 +281,65 @@ def test_cliff_walking_preset_expectation_path_hugs_the_cliff_and_var_averse_pat
     assert np.mean(returns) == pytest.approx(mean[2], abs=4 * np.std(returns) / np.sqrt(len(returns)))
 
 
-# ------------------------------------------------------------------------ vector collection
-def test_vector_collection_stores_each_copy_with_its_own_final_state():
+# ------------------------------------------------------------------------ env copies
+def one_member_collector(section, copies: int, capacity: int, reward_scale: float = 1.0):
+    """The engine's collector for one member (seed 0) on ``copies`` env copies."""
+    env = make_env(section)
+    replay = ReplayMemory(capacity, env.observation_space.shape, seeds=[1])
+    return Collector(make_copies(section, list(range(copies))), replay, 1, copies,
+                     reward_scale, None)
+
+
+def test_env_copies_store_each_copy_with_its_own_final_state():
     section = env_section(id="rs_lightning/SlipperyCliffWalking-v0",
                           kwargs={"slip_probability": 0.0, "cliff_reward": -10},
                           max_episode_steps=5)
-    replay = ReplayBuffer(100, 48, seed=0)
-    collector = VectorEnvCollector(section, 3, replay, reward_clip=None, seed=0, reward_scale=0.5)
+    collector = one_member_collector(section, copies=3, capacity=100, reward_scale=0.5)
     seen_steps = []
-    policy = lambda obs, step: seen_steps.append(step) or 0  # noqa: E731  (up, up, ...)
+
+    def policy(obs, step):  # up, up, ...
+        seen_steps.append(step)
+        return torch.zeros(obs.shape[:2], dtype=torch.long)
+
     for _ in range(5):
         assert collector.step(policy) == 3
-    assert seen_steps == list(range(15)) and collector.env_steps == 15 and len(replay) == 15
+    assert seen_steps == [0, 3, 6, 9, 12] and collector.env_steps == 15
+    replay = collector.replay
+    assert len(replay) == 15
     # Up from the start, then against the top wall: after 5 steps every copy is truncated at
     # (0, 0); the stored next state is that cell, not the reset start.
-    last = replay.next_obs[12:15].argmax(1).tolist()
-    assert last == [0, 0, 0] and replay.terminated[12:15].sum() == 0
-    assert torch.equal(replay.reward[:15], torch.full((15,), -0.5))
-    assert collector.pop_ended_episodes() == ((-5.0,) * 3, (0.0,) * 3)
-    assert collector.obs.argmax(1).tolist() == [START_STATE] * 3
+    last = replay.next_obs[0, 12:15].argmax(1).tolist()
+    assert last == [0, 0, 0] and replay.terminated[0, 12:15].sum() == 0
+    assert torch.equal(replay.reward[0, :15], torch.full((15,), -0.5))
+    assert collector.pop_ended_episodes() == (((-5.0,) * 3,), ((0.0,) * 3,))
+    assert collector.copies.obs().argmax(1).tolist() == [START_STATE] * 3
 
 
-def test_vector_stream_makes_one_update_per_environment_step():
-    section = env_section(id="CartPole-v1")
-    collector = VectorEnvCollector(section, 4, ReplayBuffer(1000, 4, seed=0), None, seed=0)
-    stream = iter(VectorExperienceStream(collector, lambda obs, step: step % 2, batch_size=8,
-                                         warmup_steps=10))
+def test_env_copies_make_one_update_per_environment_step():
+    collector = one_member_collector(env_section(id="CartPole-v1"), copies=4, capacity=1000)
+    stream = iter(ExperienceStream(
+        collector, lambda obs, step: torch.full(obs.shape[:2], step % 2), batch_size=8,
+        warmup_steps=10))
     batches = [next(stream) for _ in range(9)]
-    # Warm-up: 3 vector steps (12 transitions); updates then follow transition 11, 12, 13, ...
+    # Warm-up: 3 steps of the copies (12 transitions); updates then follow transition 11, 12, ...
     assert [b.env_steps for b in batches] == list(range(11, 20))
     assert collector.env_steps == 20 and collector.pending_updates == 1
 
 
-def test_batched_exploration_acts_as_the_module_row_by_row(compose):
-    from rs_lightning.data.vector_collection import batched_exploration
+def test_copies_act_as_one_environment_row_by_row(compose):
+    """Copy i of a member acts with the epsilon of step t + i and draws from the member's
+    generator in copy order: N copies act as N steps of one environment."""
+    from rs_lightning.engine.build import build
     from rs_lightning.schema import validate
-    from rs_lightning.train import build
 
     settings = validate(compose(["env=cartpole", "agent=dqn", "learning.epsilon_decay=20"]))
     _, row_module = build(settings)
     _, batch_module = build(settings)
     batch_module.load_state_dict(row_module.state_dict())
-    obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    act = batched_exploration(batch_module)
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(1, 6, 4)), dtype=torch.float32)
     for start in (0, 6, 12, 40):
-        rows = [row_module.explore(obs[i], start + i) for i in range(6)]
-        assert act(obs, start).tolist() == rows
+        rows = [int(row_module.explore(obs[:, i:i + 1], start + i)) for i in range(6)]
+        assert batch_module.explore(obs, start)[0].tolist() == rows
     assert batch_module.epsilon == row_module.epsilon
 
 
@@ -346,13 +354,13 @@ def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
     # Update 50 is transition 70 of a vector step that collected 70-72: two updates pending.
     checkpoint = tmp_path / "full" / "checkpoints" / "step0000050.ckpt"
     state = torch.load(checkpoint, weights_only=True)
-    assert state["EnvDataModule"]["collector"]["pending_updates"] == 2
+    assert state["ExperienceDataModule"]["collector"]["pending_updates"] == 2
     resumed = run(compose([*VECTOR_RUN, f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
     assert resumed == full and full["env_steps"] == 141  # transitions collected (1 pending)
     assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
 
     # A checkpoint of another number of copies is refused before anything is written.
-    from rs_lightning.jobs import check_inputs
+    from rs_lightning.run_folders import check_inputs
 
     with pytest.raises(ConfigError) as error:
         check_inputs(compose([*VECTOR_RUN, "env.num_envs=1", f"ckpt_path={checkpoint}"]))

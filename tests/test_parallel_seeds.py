@@ -1,4 +1,4 @@
-"""parallel_seeds: K seeds trained side by side as stacked members of one agent."""
+"""parallel_seeds: K seeds trained as the members of one run (one engine for every K)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.agents.base import Problem, linear, member_state, stack_members
+from rs_lightning.agents.base import Problem, linear
+from rs_lightning.agents.members import member_state, stack_members
 from rs_lightning.results import collect
 from rs_lightning.train import run
 
@@ -145,45 +146,61 @@ def test_an_interrupted_stacked_run_resumes_from_its_checkpoint(compose, tmp_pat
     assert resumed == full
 
 
-def test_agents_without_members_are_refused(compose, tmp_path):
+def test_every_agent_trains_several_seeds(compose):
+    """Agents that cannot stack their parameters (IQN) run their members one after the
+    other; nothing refuses them any more."""
     from rs_lightning.errors import ConfigError
     from rs_lightning.schema import validate
 
-    without = sorted(set(AGENTS) - set(STACKABLE))
-    if not without:
-        pytest.skip("every agent supports members")
-    with pytest.raises(ConfigError, match="parallel_seeds: agent=.* parallel_seeds > 1 works with agent="):
-        validate(compose([f"agent={without[0]}", "parallel_seeds=2"]))
+    for name in sorted(set(AGENTS) - set(STACKABLE)):
+        validate(compose([f"agent={name}", "parallel_seeds=2"]))
     with pytest.raises(ConfigError, match="parallel_seeds: must be a positive integer"):
         validate(compose(["parallel_seeds=0"]))
 
 
-def test_parallel_seeds_with_vector_envs_is_refused(compose):
-    from rs_lightning.errors import ConfigError
-    from rs_lightning.schema import validate
+def test_looped_members_end_as_their_single_seed_runs(compose, tmp_path):
+    """IQN (looped members, each drawing its fractions from the global generator in turn):
+    the run completes for every seed with its own outputs and checkpoint."""
+    overrides = [*QUICK, "agent=iqn", "trainer.max_steps=60", "evaluation.every_n_steps=30"]
+    result = run(compose([*overrides, "parallel_seeds=2"]), run_dir=tmp_path / "iqn")
+    assert sorted(result["members"]) == ["0", "1"]
+    for seed in (0, 1):
+        member = tmp_path / "iqn" / f"seed_{seed}"
+        assert json.loads((member / "eval.json").read_text())["seed"] == seed
+        state = torch.load(member / "checkpoints" / "last.ckpt", weights_only=True)
+        assert state["rs_lightning"]["seeds"] == [seed]
+    single = run(compose([*overrides, "seed=1", "trainer.max_steps=80",
+                          f"ckpt_path={tmp_path / 'iqn' / 'seed_1' / 'checkpoints' / 'last.ckpt'}"]),
+                 run_dir=tmp_path / "resumed")
+    assert single["steps"] == 80
 
-    with pytest.raises(ConfigError, match="parallel_seeds: .* env.num_envs=4"):
-        validate(compose(["parallel_seeds=2", "env.num_envs=4"]))
+
+def test_seeds_and_env_copies_together_match_their_single_seed_runs(compose, tmp_path):
+    """K members x N env copies: member k is the N-copy run of its seed."""
+    overrides = [*QUICK, "agent=dqn", "env=cartpole", "env.num_envs=3", "trainer.max_steps=90",
+                 "learning.warmup_steps=20", "evaluation.every_n_steps=0",
+                 "evaluation.episodes=20"]
+    together = run(compose([*overrides, "parallel_seeds=2"]), run_dir=tmp_path / "together")
+    for seed in (0, 1):
+        alone = run(compose([*overrides, f"seed={seed}"]), run_dir=tmp_path / f"alone{seed}")
+        assert together["members"][str(seed)] == alone
 
 
 @pytest.mark.parametrize("parallel_seeds", [1, 2])
 def test_hardware_compile_compiles_sequential_and_stacked_agents(compose, parallel_seeds):
     """hardware.compile=true wraps the agent's loss and return distribution in torch.compile
     whether the seeds run one per process or stacked (nothing is compiled until called)."""
+    from rs_lightning.engine.build import build
     from rs_lightning.schema import validate
-    from rs_lightning.stacked import build_stacked, member_seeds
-    from rs_lightning.train import build
 
     def built(compiled: bool):
         settings = validate(compose(["agent=dqn", f"parallel_seeds={parallel_seeds}",
                                      f"hardware.compile={str(compiled).lower()}"]))
-        if parallel_seeds == 1:
-            return build(settings)[1]
-        return build_stacked(settings, member_seeds(0, parallel_seeds))[1]
+        return build(settings)[1]
 
     def compiled_functions(module):
-        return {name for name in ("loss", "return_distribution")
-                if hasattr(getattr(module.agent, name), "_torchdynamo_orig_callable")}
+        return {name for network in module.agent.networks() for name in ("loss", "return_distribution")
+                if hasattr(getattr(network, name), "_torchdynamo_orig_callable")}
 
     assert compiled_functions(built(True)) == {"loss", "return_distribution"}
     assert compiled_functions(built(False)) == set()

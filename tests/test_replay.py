@@ -8,18 +8,26 @@ import numpy as np
 import pytest
 import torch
 
-from rs_lightning.data.replay import ReplayBuffer
-from rs_lightning.module import exploration_rate
+from rs_lightning.types import Transitions
+from rs_lightning.engine.behaviour import exploration_rate
+from rs_lightning.replay import ReplayMemory
+
+
+def add(replay, obs, action, reward, next_obs, terminated):
+    """One transition of a one-member memory."""
+    replay.add(torch.tensor([[obs]], dtype=torch.float32), torch.tensor([[action]]),
+               torch.tensor([[reward]]), torch.tensor([[next_obs]], dtype=torch.float32),
+               torch.tensor([[float(terminated)]]))
 
 
 def test_replay_ring_overwrites_the_oldest_and_samples_only_stored_rows():
-    replay = ReplayBuffer(capacity=5, obs_dim=2, seed=0)
+    replay = ReplayMemory(capacity=5, obs_shape=2, seeds=[0])
     for i in range(8):
-        replay.add([i, i], i % 4, float(i), [i + 1, i + 1], i == 7)
+        add(replay, [i, i], i % 4, float(i), [i + 1, i + 1], i == 7)
     assert len(replay) == 5
-    stored = set(replay.reward.tolist())
+    stored = set(replay.reward[0].tolist())
     assert stored == {3.0, 4.0, 5.0, 6.0, 7.0}
-    batch = replay.sample(64)
+    batch = Transitions(*(field[0] for field in replay.sample(64)))
     assert set(batch.reward.tolist()) <= stored
     # Every field of a sampled row belongs to the same transition.
     assert torch.equal(batch.obs[:, 0], batch.reward)
@@ -28,12 +36,12 @@ def test_replay_ring_overwrites_the_oldest_and_samples_only_stored_rows():
 
 
 def test_replay_state_round_trip_resumes_the_same_samples():
-    replay = ReplayBuffer(capacity=10, obs_dim=2, seed=3)
+    replay = ReplayMemory(capacity=10, obs_shape=2, seeds=[3])
     for i in range(7):
-        replay.add([i, 0], 0, float(i), [i, 0], False)
+        add(replay, [i, 0], 0, float(i), [i, 0], False)
     state = replay.state_dict()
     expected = replay.sample(16).reward
-    clone = ReplayBuffer(capacity=10, obs_dim=2, seed=99)
+    clone = ReplayMemory(capacity=10, obs_shape=2, seeds=[99])
     clone.load_state_dict(state)
     assert torch.equal(clone.sample(16).reward, expected)
     assert (clone.size, clone.position) == (7, 7)
@@ -41,7 +49,7 @@ def test_replay_state_round_trip_resumes_the_same_samples():
 
 def test_replay_rejects_a_non_positive_capacity():
     with pytest.raises(ValueError, match="capacity"):
-        ReplayBuffer(capacity=0, obs_dim=2, seed=0)
+        ReplayMemory(capacity=0, obs_shape=2, seeds=[0])
 
 
 def test_exponential_schedule_is_the_authors_formula():
@@ -59,18 +67,39 @@ def test_linear_schedule_reaches_the_end_and_stays():
 
 def test_stream_warms_up_then_yields_one_batch_per_env_step(compose):
     from rs_lightning.schema import validate
-    from rs_lightning.train import build
+    from rs_lightning.engine.build import build
 
     settings = validate(compose(["learning.warmup_steps=40", "logger=none"]))
     datamodule, module = build(settings)
     stream = iter(datamodule.train_dataloader())
     first = next(stream)
     assert first.env_steps == 41
-    assert first.transitions.obs.shape == (32, 2)
+    assert first.transitions.obs.shape == (1, 32, 2)
     second = next(stream)
     assert second.env_steps == 42
     assert len(datamodule.collector.replay) == 42
     # Rewards in the memory are clipped to the env's reward_clip.
-    assert datamodule.collector.replay.reward[:42].abs().max() <= 2.0
+    assert datamodule.collector.replay.reward[0, :42].abs().max() <= 2.0
     # Every ended episode reports its return and R_s.
-    assert np.isfinite(datamodule.collector.episodes)
+    assert np.isfinite(datamodule.collector.episodes[0])
+
+
+def test_members_sample_as_their_own_memories_and_copies_land_in_order():
+    """Member k of a K-member memory draws the batches a memory of its seed alone draws; the
+    N transitions of a step of the copies are written in copy order, wrapping the ring."""
+    together = ReplayMemory(capacity=6, obs_shape=2, seeds=[5, 6])
+    alone = [ReplayMemory(capacity=6, obs_shape=2, seeds=[seed]) for seed in (5, 6)]
+    for step in range(4):  # 4 steps of 3 copies: 12 transitions into 6 rows
+        values = torch.arange(3, dtype=torch.float32) + 3 * step
+        obs = torch.stack([values, -values], dim=-1)  # [N, 2]
+        for k, memory in enumerate(alone):
+            memory.add(obs[None] + k, torch.zeros(1, 3, dtype=torch.long), values[None] + k,
+                       obs[None] + k, torch.zeros(1, 3))
+        together.add(torch.stack([obs, obs + 1]), torch.zeros(2, 3, dtype=torch.long),
+                     torch.stack([values, values + 1]), torch.stack([obs, obs + 1]),
+                     torch.zeros(2, 3))
+    assert together.reward[0].tolist() == [6.0, 7.0, 8.0, 9.0, 10.0, 11.0]
+    assert (together.size, together.position) == (6, 0)
+    batch = together.sample(32)
+    for k, memory in enumerate(alone):
+        assert torch.equal(batch.reward[k], memory.sample(32).reward[0])

@@ -13,15 +13,16 @@ re-evaluates a finished run from its last checkpoint and rewrites its ``eval.jso
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from rs_lightning.envs.factory import make_env
+from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
 from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells
 from rs_lightning.risk import (
@@ -31,6 +32,7 @@ from rs_lightning.risk import (
     from_samples,
     value_at_risk,
 )
+from rs_lightning.runs import load_run
 
 BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
 
@@ -60,37 +62,44 @@ def run_episodes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode).
 
-    ``progress`` shows a bar with episodes per second and the running mean return and R_s.
+    ``min(episodes, batch_envs)`` env copies (the engine's :mod:`rs_lightning.envs.copies`)
+    play them side by side; a copy whose episode ends starts the next one, reset with that
+    episode's seed. ``progress`` shows a bar with episodes per second and the running mean
+    return and R_s.
     """
     policy = deduplicated(policy)
     bar = _EpisodeProgress(episodes) if progress else None
     seeds = episode_seeds(seed, episodes)
     n = min(episodes, batch_envs)
-    envs = [make_env(env_config) for _ in range(n)]
+    copies = make_copies(env_config, [int(s) for s in seeds[:n]])
     returns = np.zeros(episodes)
     outcomes = np.full(episodes, np.nan)
-    episode_of = np.arange(n)  # which episode each environment is playing
-    obs = np.stack([env.reset(seed=int(seeds[i]))[0] for i, env in enumerate(envs)]).astype(np.float32)
+    episode_of = np.arange(n)  # which episode each copy is playing
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
-        index = np.flatnonzero(active)
-        actions = policy(torch.from_numpy(obs[index])).numpy()
-        for j, action in zip(index, actions):
-            next_obs, reward, terminated, truncated, info = envs[j].step(int(action))
-            episode = episode_of[j]
-            returns[episode] += float(reward)
-            if terminated or truncated:
-                outcomes[episode] = float(info.get("risk_outcome", np.nan))
+        actions = policy(copies.obs()).reshape(-1)
+        step = copies.step(actions)
+        reward = step.reward.numpy()
+        returns[episode_of[active]] += reward[active]
+        ended = np.flatnonzero(step.ended.numpy() & active)
+        if ended.size:
+            outcome = step.risk_outcome.numpy()
+            restart, restart_seeds = [], []
+            for j in ended:
+                episode = episode_of[j]
+                outcomes[episode] = outcome[j]
                 if bar is not None:
                     bar.episode_ended(returns[episode], outcomes[episode])
                 if next_episode < episodes:
                     episode_of[j] = next_episode
-                    next_obs, _ = envs[j].reset(seed=int(seeds[next_episode]))
+                    restart.append(int(j))
+                    restart_seeds.append(int(seeds[next_episode]))
                     next_episode += 1
                 else:
                     active[j] = False
-            obs[j] = next_obs
+            if restart:
+                copies.reseed(restart, restart_seeds)
     if bar is not None:
         bar.close()
     return returns, outcomes
@@ -221,10 +230,7 @@ def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
 
-    from rs_lightning.runs import load_run
 
     parser = argparse.ArgumentParser(description="Re-evaluate finished runs from their last checkpoint.")
     parser.add_argument("run_dirs", type=Path, nargs="+")

@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import torch
+
+from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
+from rs_lightning.envs.factory import make_env
+from rs_lightning.plots import _pyplot, _save
+from rs_lightning.results import collect
+from rs_lightning.runs import load_run
 
 
 # ----------------------------------------------------------------------- pure functions
@@ -70,11 +77,7 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
 
 def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
     """Visits per cell of the cliff-walking grid by a run's greedy policy over ``episodes``."""
-    import torch
 
-    from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
-    from rs_lightning.envs.factory import make_env
-    from rs_lightning.runs import load_run
 
     run = load_run(run_dir)
     env = make_env(run.settings.train.env)
@@ -117,7 +120,6 @@ def plot_tradeoff(points: list[dict[str, float]], out: Path, title: str = "") ->
     """E against VaR, one point per alpha at the medians over seeds with interquartile bars,
     each seed a small dot. The axes fit the medians; seeds far outside (a seed that did not
     learn) are listed in the corner instead of squeezing the rest."""
-    from rs_lightning.plots import _pyplot, _save
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.8, 4.4))
@@ -169,7 +171,6 @@ def plot_tradeoff(points: list[dict[str, float]], out: Path, title: str = "") ->
 
 
 def plot_heatmaps(panels: list[tuple[str, np.ndarray]], out: Path) -> None:
-    from rs_lightning.plots import _pyplot, _save
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), squeeze=False)
@@ -216,7 +217,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                       + ("(not recorded)" if seconds is None else f"{seconds:.0f}"))
         return 0
     if args.command == "tradeoff":
-        from rs_lightning.results import collect
 
         points = tradeoff_points(collect(args.sweep_dir))
         out = args.out or args.sweep_dir / "tradeoff.png"

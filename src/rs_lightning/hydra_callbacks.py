@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
+
+from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
+from rs_lightning.results import write_results
+from rs_lightning.run_folders import (
+    check_inputs,
+    check_output_folder,
+    folder_state,
+    sweep_jobs,
+)
 
 
 class WriteResultsTable(Callback):
     """After a multirun, write results.md / results.csv of all its jobs into the sweep folder."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from rs_lightning.results import write_results
 
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
@@ -28,9 +37,7 @@ class WriteResultsTable(Callback):
 
 def _task_config(config: DictConfig) -> DictConfig:
     """The job's config as the task function receives it: without the ``hydra`` node."""
-    import copy
 
-    from omegaconf import open_dict, read_write
 
     task = copy.deepcopy(config)
     with read_write(task), open_dict(task):
@@ -44,7 +51,6 @@ def _stop_on_bad_input(check) -> None:
     Hydra turns an exception of a callback into a warning and goes on, so the run is stopped
     with SystemExit, which it lets through.
     """
-    from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 
     try:
         check()
@@ -63,7 +69,6 @@ class CheckInputs(Callback):
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from rs_lightning.jobs import check_inputs, folder_state
 
         def check() -> None:
             task = _task_config(config)
@@ -75,7 +80,6 @@ class CheckInputs(Callback):
         _stop_on_bad_input(check)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from rs_lightning.jobs import check_output_folder
 
         _stop_on_bad_input(lambda: check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir"))
 
@@ -88,7 +92,6 @@ class SweepSummary(Callback):
     """
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from rs_lightning.jobs import sweep_jobs
 
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = sweep_jobs(sweep_dir)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,17 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
+from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.plots import (
+    DISTANCE_METRICS,
+    load_histories,
+    plot_learning_curves,
+    plot_return_distributions,
+)
 from rs_lightning.results import _cell, collect, summarize, to_csv, to_markdown
+from rs_lightning.return_histograms import plot_return_histograms
+from rs_lightning.runs import load_run
+from rs_lightning.wandb_support import init_wandb_run
 
 # The state whose decision each grid world's distribution figure shows: where the
 # risk-averse and the expectation-seeking choices differ.
@@ -98,7 +107,6 @@ def _representative_jobs(rows: list[dict[str, Any]]) -> dict[tuple, str]:
 
 def _env_name(env_id: str) -> str:
     """The short name of an environment (its config name for the grid worlds)."""
-    from rs_lightning.envs import GRID_WORLDS
 
     names = {env: name for name, env in GRID_WORLDS.items()}
     text = names.get(env_id, env_id.split("/")[-1])
@@ -107,14 +115,6 @@ def _env_name(env_id: str) -> str:
 
 def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -> list[Figure]:
     """Draw every figure of the report into ``out_dir``."""
-    from rs_lightning.plots import (
-        CURVE_METRICS,
-        DISTANCE_METRICS,
-        load_histories,
-        plot_learning_curves,
-        plot_return_distributions,
-    )
-    from rs_lightning.runs import load_run
 
     figures: list[Figure] = []
     histories = load_histories(sweep_dir)
@@ -138,7 +138,6 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -
                 "Wasserstein-1 distance between the learned Z(start, a) and its exact law under "
                 "the greedy policy, for the greedy action and averaged over actions.",
             ))
-    from rs_lightning.return_histograms import plot_return_histograms
 
     path = out_dir / "return_histograms.png"
     if plot_return_histograms(rows, path):
@@ -289,7 +288,6 @@ def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[
     """
     import wandb
 
-    from rs_lightning.wandb_support import init_wandb_run
 
     run = init_wandb_run(
         mode,

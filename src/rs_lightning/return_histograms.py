@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from rs_lightning.plots import COLORS, _pyplot, _save
+
 
 def setting_of(row: dict[str, Any]) -> tuple:
     return (row["env"], row["agent"], row["alpha"], row["risk"], row["rho"])
@@ -28,7 +30,6 @@ def histogram_density(histogram: dict[str, list]) -> tuple[np.ndarray, np.ndarra
 def plot_return_histograms(rows: list[dict[str, Any]], out: Path, columns: int = 3) -> int:
     """Draw the return histogram of every row that has one into ``out``; returns the number
     of panels (0: nothing drawn, no file written)."""
-    from rs_lightning.plots import COLORS, _pyplot, _save
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:

@@ -8,15 +8,16 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from rs_lightning.data.datamodule import EnvDataModule
-from rs_lightning.module import RiskSensitiveQLearning
+from rs_lightning.engine.build import build
+from rs_lightning.engine.checkpoints import DATAMODULE
+from rs_lightning.engine.learner import MemberPolicy
 from rs_lightning.schema import ValidatedConfig, validate
 
 
 @dataclass
 class TrainedRun:
     settings: ValidatedConfig
-    module: RiskSensitiveQLearning
+    module: MemberPolicy  # the run's agent, utility and greedy policy
     run_dir: Path
     steps: int  # gradient updates the checkpoint had made
     env_steps: int
@@ -45,9 +46,8 @@ def with_current_defaults(cfg):
 
 
 def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> TrainedRun:
-    """Rebuild a run's module from its ``config.yaml`` and load its checkpoint."""
-    from rs_lightning.train import build
-
+    """Rebuild a single-seed run's agent from its ``config.yaml`` and load its checkpoint
+    (each seed of a several-seed run is one: ``<run>/seed_<s>/``)."""
     run_dir = Path(run_dir)
     for needed in ("config.yaml", checkpoint):
         if not (run_dir / needed).is_file():
@@ -57,7 +57,7 @@ def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> Traine
     state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
     module.load_state_dict(state["state_dict"])
     module.eval()
-    # Lightning files a datamodule's state_dict under the datamodule's class name.
-    datamodule_state = state.get(EnvDataModule.__qualname__)
+    datamodule_state = state.get(DATAMODULE)
     env_steps = datamodule_state["collector"]["env_steps"] if datamodule_state else -1
-    return TrainedRun(settings, module, run_dir, int(state["global_step"]), int(env_steps))
+    return TrainedRun(settings, module.member(0), run_dir, int(state["global_step"]),
+                      int(env_steps))

@@ -322,18 +322,5 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     train: TrainConfig = _structured(TrainConfig, cfg)
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
-    if train.parallel_seeds > 1 and not AGENTS[agent.name][0].supports_members:
-        stacked = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
-        raise ConfigError(
-            "parallel_seeds",
-            f"agent={agent.name} trains one seed per process (parallel_seeds=1, or a sweep "
-            f"-m seed=...); parallel_seeds > 1 works with agent={', '.join(stacked)}",
-        )
-    if train.parallel_seeds > 1 and train.env.num_envs > 1:
-        raise ConfigError(
-            "parallel_seeds",
-            f"parallel_seeds={train.parallel_seeds} steps one environment per seed; it cannot be "
-            f"combined with env.num_envs={train.env.num_envs} (use one of the two)",
-        )
     utility = utility_from(train.risk, train.alpha)
     return ValidatedConfig(train=train, agent=agent, utility=utility)

@@ -10,22 +10,19 @@ To add an agent: write one module in this package with a config dataclass derive
 :class:`AgentConfig` and a class derived from :class:`Agent`, decorate the class with
 ``@register_agent("name", NameConfig)``, and add ``conf/agent/name.yaml``.
 
-Members (``parallel_seeds``): :func:`stack_members` turns K agents of one class into one agent
-whose every parameter has a leading dimension K, member k's parameters at index k. Its layers
-(:class:`Linear`) then run the K networks as batched matrix products, and every batch tensor
-it receives carries the same leading dimension (``obs[K, B, D]``). An agent supports this
-when its code treats leading dimensions as independent (``...``-style indexing, reductions
-over the batch dimension only) and its loss returns one value per member (``[K]``); it says
-so with ``supports_members = True``. Member k of such an agent is an ordinary agent again
-(:func:`member_state`), with the same state-dict keys as a sequential run's.
+Members (seeds trained together, :mod:`rs_lightning.agents.members`): an agent whose code
+treats leading dimensions as independent (``...``-style indexing, reductions over the batch
+dimension only, a loss of one value per member ``[K]``) says so with ``supports_members =
+True``; its K members then run as one network whose every parameter has a leading dimension
+K, and its layers (:class:`Linear`) as batched matrix products. Any other agent runs its
+members one after the other; both give the engine the same interface.
 """
 
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, List, NamedTuple
+from typing import Callable, List
 
 import torch
 from omegaconf import MISSING
@@ -33,16 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rs_lightning.risk import ReturnDistribution
-
-
-class Transitions(NamedTuple):
-    """A batch of transitions sampled from the replay memory."""
-
-    obs: Tensor  # [B, obs_dim] float32
-    action: Tensor  # [B] int64
-    reward: Tensor  # [B] float32, already clipped
-    next_obs: Tensor  # [B, obs_dim] float32
-    terminated: Tensor  # [B] float32: 1 where no bootstrapping (terminal transition)
+from rs_lightning.types import Problem, Transitions
 
 
 ChooseAction = Callable[[ReturnDistribution], Tensor]
@@ -64,25 +52,6 @@ class AgentConfig:
             raise ValueError(
                 f"agent.hidden_sizes: must be a non-empty list of positive sizes, got "
                 f"{list(self.hidden_sizes)}"
-            )
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What an agent needs to know of the environment and of the learning setting."""
-
-    obs_dim: int
-    n_actions: int
-    gamma: float
-    return_min: float
-    return_max: float
-
-    def check_return_support(self) -> None:
-        """For agents whose representation lives on [return_min, return_max]."""
-        if not self.return_max > self.return_min:
-            raise ValueError(
-                f"problem: return_max must exceed return_min, got "
-                f"[{self.return_min}, {self.return_max}]"
             )
 
 
@@ -155,34 +124,6 @@ def mlp(sizes: list[int], activate_last: bool = False) -> nn.Sequential:
         if i < len(sizes) - 2 or activate_last:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
-
-
-def stack_members(agents: list[Agent]) -> Agent:
-    """One agent holding ``agents`` (same class and config) as K stacked members.
-
-    Every parameter becomes ``[K, *shape]``; buffers (fixed grids) are shared.
-    """
-    first = agents[0]
-    if not first.supports_members:
-        raise ValueError(f"agent {first.config.name!r} cannot run stacked members")
-    stacked = copy.deepcopy(first)
-    members = [dict(agent.named_parameters()) for agent in agents]
-    for name, _ in first.named_parameters():
-        module_name, _, attribute = name.rpartition(".")
-        module = stacked.get_submodule(module_name)
-        value = torch.stack([parameters[name].detach() for parameters in members])
-        setattr(module, attribute, nn.Parameter(value))
-    stacked.members = len(agents)
-    return stacked
-
-
-def member_state(stacked: Agent, k: int) -> dict[str, Tensor]:
-    """Member ``k`` of a stacked agent as the state dict of an ordinary agent."""
-    stacked_names = {name for name, _ in stacked.named_parameters()}  # buffers are shared
-    return {
-        name: (value[k] if name in stacked_names else value).clone()
-        for name, value in stacked.state_dict().items()
-    }
 
 
 AGENTS: dict[str, tuple[type[Agent], type[AgentConfig]]] = {}

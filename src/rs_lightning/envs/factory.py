@@ -5,8 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
 from rs_lightning.envs.gym_support import adapt_spaces
 from rs_lightning.errors import ConfigError
+from rs_lightning.types import Problem
 
 # Environments whose dependency is an optional extra of this package: the extra to install.
 _EXTRAS = {"Box2D": "box2d", "box2d": "box2d"}
@@ -16,7 +18,6 @@ def make_env(config) -> gym.Env:
     """``gymnasium.make(config.id, **config.kwargs)`` adapted for the agents (one-hot Discrete
     observations, optional normalisation; see :mod:`rs_lightning.envs.gym_support`), with a
     clear error for a bad id, a missing dependency or an unsupported space."""
-    import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
 
     kwargs = dict(config.kwargs or {})
     max_episode_steps = getattr(config, "max_episode_steps", None)
@@ -49,3 +50,19 @@ def _missing_dependency(env_id: str, error: Exception) -> str:
 
 def observation_size(env: gym.Env) -> int:
     return int(np.prod(env.observation_space.shape))
+
+
+def env_problem(config) -> Problem:
+    """What an agent knows of the configured environment (the env is made to read its
+    spaces, then closed)."""
+    env = make_env(config)
+    try:
+        return Problem(
+            obs_dim=observation_size(env),
+            n_actions=int(env.action_space.n),
+            gamma=config.gamma,
+            return_min=config.return_min,
+            return_max=config.return_max,
+        )
+    finally:
+        env.close()

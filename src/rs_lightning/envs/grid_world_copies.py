@@ -1,15 +1,16 @@
-"""K copies of one grid world stepped together with tensor operations (``parallel_seeds``).
+"""Copies of one grid world stepped together with tensor operations.
 
-:class:`GridWorldCopies` steps the grid worlds of K seeds at once: one table lookup finds
+:class:`GridWorldCopies` steps M grid worlds (the engine's members x environment copies, or
+an evaluation's episodes) at once: one table lookup finds
 every copy's branch, next cell, reward mean and termination, and resets are a masked
 write. Each copy draws its random numbers from the generator of its own gymnasium
 environment, in the order :meth:`GridWorld.step` draws them (a uniform for the branch, then
 a normal for the reward), so copy k produces exactly the transitions its environment would
-produce stepped alone: a ``parallel_seeds`` member stays the sequential run of its seed.
+produce stepped alone: a member stays the run of its seed alone.
 
 The copies hold the state (cell, step count, sticky flag) while they run;
-:meth:`GridWorldCopies.write_back` puts it into the environment objects (checkpoints pickle
-those), and a new :class:`GridWorldCopies` reads it back.
+:meth:`GridWorldCopies.state_dict` gives it as plain tensors and the generators' states
+(numbers), and :meth:`GridWorldCopies.write_back` puts it into the environment objects.
 """
 
 from __future__ import annotations
@@ -136,6 +137,39 @@ class GridWorldCopies:
         self.steps = torch.where(ended, 0, steps)
         self.flag = flag & ~ended
         return CopiesStep(next_obs, reward, terminated, ended, outcome)
+
+    def reseed(self, indices: list[int], seeds: list[int]) -> None:
+        """Start a new episode in copies ``indices``, each reset with its seed (its generator
+        is then a new one, as ``env.reset(seed=...)`` makes it)."""
+        for j, seed in zip(indices, seeds):
+            world = self.worlds[j]
+            world.reset(seed=int(seed))
+            self.generators[j] = world.np_random
+        index = torch.as_tensor(indices, dtype=torch.long)
+        self.cell[index] = self.start
+        self.steps[index] = 0
+        self.flag[index] = False
+
+    def state_dict(self, indices: list[int] | None = None) -> dict:
+        """The copies' cells, step counts, flags and generator states (tensors and numbers);
+        ``indices`` selects some copies."""
+        chosen = list(range(len(self.worlds))) if indices is None else list(indices)
+        return {
+            "cell": self.cell[chosen].clone(),
+            "steps": self.steps[chosen].clone(),
+            "flag": self.flag[chosen].clone(),
+            "generators": [self.generators[j].bit_generator.state for j in chosen],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["generators"]) != len(self.worlds):
+            raise ValueError(f"the checkpoint holds {len(state['generators'])} environment "
+                             f"copies, this run {len(self.worlds)}")
+        self.cell = state["cell"].clone()
+        self.steps = state["steps"].clone()
+        self.flag = state["flag"].clone()
+        for generator, generator_state in zip(self.generators, state["generators"]):
+            generator.bit_generator.state = generator_state
 
     def write_back(self) -> None:
         """Put the copies' state into their environment objects (which share the generators

@@ -20,6 +20,8 @@ from rs_lightning.errors import ConfigError
 
 CHECKPOINT_FOLDER = "checkpoints"
 LAST = "last.ckpt"
+# Lightning files a datamodule's state under its class name.
+DATAMODULE = "ExperienceDataModule"
 
 
 def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
@@ -47,44 +49,49 @@ def checkpoint_agent(state: dict[str, Any]) -> str:
 
 
 def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
-                     agent: torch.nn.Module, env_id: str, key: str = "ckpt_path",
+                     members: torch.nn.Module, env_id: str, key: str = "ckpt_path",
                      num_envs: int = 1, parallel_seeds: int = 1) -> None:
-    """ConfigError unless ``state`` was written by the same agent with the same network shapes.
+    """ConfigError unless ``state`` was written by the same agent with the same network
+    shapes, members and environment copies.
 
-    ``agent`` is the network this run builds; the checkpoint's ``agent.*`` tensors must have
-    exactly its parameter names and shapes.
+    ``members`` are the networks this run builds
+    (:class:`~rs_lightning.agents.members.Members`); the checkpoint's ``agent.*`` tensors
+    must have exactly their parameter names and shapes.
     """
+    ours = state["rs_lightning"]
     written_by = checkpoint_agent(state)
-    if written_by not in (agent_name, type(agent).__name__):
+    if written_by not in (agent_name, ours.get("agent_class")):
         raise ConfigError(
             key, f"{path} was written by agent {written_by}, this run is agent={agent_name}; "
             f"resume with the checkpoint's agent or give a checkpoint of {agent_name}"
         )
-    # A parallel_seeds run (rs_lightning.stacked) holds its members' tensors stacked.
-    written_seeds = len(state["rs_lightning"].get("seeds", [None]))
+    if "behaviour" not in ours:
+        raise ConfigError(
+            key, f"{path} was written by an earlier version of rs_lightning, whose checkpoints "
+            "this version cannot resume; start the run afresh"
+        )
+    written_seeds = len(ours.get("seeds", [None]))
     if written_seeds != parallel_seeds:
         raise ConfigError(
             key, f"{path} was written with parallel_seeds={written_seeds}, this run has "
             f"parallel_seeds={parallel_seeds}; resume with the checkpoint's parallel_seeds (a "
             "single seed of a parallel_seeds run: its seed_<s>/checkpoints/last.ckpt)"
         )
-    stacked_keys = set(state["rs_lightning"].get("stacked_keys", ()))
-    # Lightning files the datamodule's state under its class name.
-    written_env = (state.get("EnvDataModule") or state.get("StackedEnvDataModule") or {}).get("env_id")
+    data = state.get(DATAMODULE) or {}
+    written_env = data.get("env_id")
     if written_env is not None and written_env != env_id:
         raise ConfigError(
             key, f"{path} was written on env {written_env}, this run is on {env_id}"
         )
-    # One environment and a vector of copies keep different collector states.
-    written_copies = (state.get("EnvDataModule") or {}).get("num_envs", 1)
+    written_copies = data.get("num_envs", 1)
     if written_copies != num_envs:
         raise ConfigError(
             key, f"{path} was written with env.num_envs={written_copies}, this run has "
             f"env.num_envs={num_envs}; resume with the checkpoint's env.num_envs"
         )
-    saved = {k[len("agent."):]: v.shape[1:] if k in stacked_keys else v.shape
-             for k, v in state["state_dict"].items() if k.startswith("agent.")}
-    wanted = {k: v.shape for k, v in agent.state_dict().items()}
+    saved = {k[len("agent."):]: v.shape for k, v in state["state_dict"].items()
+             if k.startswith("agent.")}
+    wanted = {k: v.shape for k, v in members.state_dict().items()}
     if saved != wanted:
         differing = sorted(k for k in saved.keys() & wanted.keys() if saved[k] != wanted[k])
         if differing:

@@ -1,0 +1,198 @@
+"""K agents of one class and config (seeds) as one: the members the engine trains together.
+
+Every input of a :class:`Members` carries a leading member dimension (``obs[K, B, ...]``,
+batch fields ``[K, B, ...]``) and so does every output (distributions ``[K, B, A, n]``,
+actions ``[K, B]``, losses ``[K]``). Member k is an ordinary agent of its own (its initial
+weights, its replay batch, its gradient clipped by its own norm; Adam's update is
+elementwise), so member k follows the algorithm of a run of that seed alone.
+
+Two ways to hold the members, one interface:
+
+- :class:`StackedMembers` for agents with ``supports_members`` when K > 1: one network whose
+  every parameter has a leading dimension K (:func:`stack_members`), one batched forward and
+  backward pass for all members (the same numbers as K separate networks up to the rounding
+  of batched products);
+- :class:`LoopedMembers` otherwise: the K agents run one after the other. K = 1 always runs
+  this way, so a single seed computes exactly what one plain agent computes.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from rs_lightning.agents.base import Agent, ChooseAction
+from rs_lightning.risk import ReturnDistribution
+from rs_lightning.types import Problem, Transitions
+
+
+def stack_members(agents: list[Agent]) -> Agent:
+    """One agent holding ``agents`` (same class and config) as K stacked members.
+
+    Every parameter becomes ``[K, *shape]``; buffers (fixed grids) are shared.
+    """
+    first = agents[0]
+    if not first.supports_members:
+        raise ValueError(f"agent {first.config.name!r} cannot run stacked members")
+    stacked = copy.deepcopy(first)
+    members = [dict(agent.named_parameters()) for agent in agents]
+    for name, _ in first.named_parameters():
+        module_name, _, attribute = name.rpartition(".")
+        module = stacked.get_submodule(module_name)
+        value = torch.stack([parameters[name].detach() for parameters in members])
+        setattr(module, attribute, nn.Parameter(value))
+    stacked.members = len(agents)
+    return stacked
+
+
+def member_state(stacked: Agent, k: int) -> dict[str, Tensor]:
+    """Member ``k`` of a stacked agent as the state dict of an ordinary agent."""
+    stacked_names = {name for name, _ in stacked.named_parameters()}  # buffers are shared
+    return {
+        name: (value[k] if name in stacked_names else value).clone()
+        for name, value in stacked.state_dict().items()
+    }
+
+
+def clip_member_gradients(parameters: list[Tensor], max_norm: float) -> Tensor:
+    """Scale each member's gradient (index k of every stacked parameter) to norm at most
+    ``max_norm``, as ``clip_grad_norm_`` does for one network; returns the K norms."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norms = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]), dim=0
+    )
+    scale = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+    return norms
+
+
+class Members(nn.Module, ABC):
+    """K agents of one class with a leading member dimension on every tensor (module
+    docstring)."""
+
+    def __init__(self, count: int, problem: Problem, config) -> None:
+        super().__init__()
+        self.count = count
+        self.problem = problem
+        self.config = config
+
+    @abstractmethod
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        """Z(s, a) of every member: ``obs[K, B, ...]`` -> ``[K, B, A, n]``."""
+
+    @abstractmethod
+    def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
+        """Each member's utility-greedy action: ``obs[K, B, ...]`` -> ``[K, B]``."""
+
+    @abstractmethod
+    def loss(self, batch: Transitions, target: "Members", choose_action: ChooseAction
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Each member's loss on its own batch -> ``([K], {name: [K]})``."""
+
+    @abstractmethod
+    def clip_gradients(self, max_norm: float) -> Tensor:
+        """Clip each member's gradient to norm ``max_norm``; returns the norms ``[K]``."""
+
+    @abstractmethod
+    def member_agent(self, k: int) -> Agent:
+        """Member ``k`` as an ordinary agent (for evaluation; do not train it)."""
+
+    @abstractmethod
+    def networks(self) -> list[Agent]:
+        """The agent objects that compute (for ``hardware.compile``)."""
+
+    def member_state(self, k: int) -> dict[str, Tensor]:
+        """Member ``k``'s weights as the state dict of an ordinary agent."""
+        return {name: value.clone() for name, value in self.member_agent(k).state_dict().items()}
+
+
+class StackedMembers(Members):
+    """The members as one network with stacked parameters (``supports_members`` agents)."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        first = agents[0]
+        super().__init__(len(agents), first.problem, first.config)
+        self.network = stack_members(agents)
+        # An ordinary agent of the same class and config, copied by member_agent; in a list
+        # so that it is no submodule (nothing of it is trained or saved).
+        self._template = [copy.deepcopy(first)]
+
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        return self.network.return_distribution(obs)
+
+    def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
+        return self.network.greedy_action(obs, choose_action)
+
+    def loss(self, batch, target, choose_action):
+        return self.network.loss(batch, target.network, choose_action)
+
+    def clip_gradients(self, max_norm: float) -> Tensor:
+        return clip_member_gradients(list(self.network.parameters()), max_norm)
+
+    def member_state(self, k: int) -> dict[str, Tensor]:
+        return member_state(self.network, k)
+
+    def member_agent(self, k: int) -> Agent:
+        device = next(self.network.parameters()).device
+        agent = copy.deepcopy(self._template[0]).to(device)
+        agent.load_state_dict(member_state(self.network, k))
+        return agent.eval()
+
+    def networks(self) -> list[Agent]:
+        return [self.network]
+
+
+class LoopedMembers(Members):
+    """The members as K agents run one after the other (any agent; always for K = 1)."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        first = agents[0]
+        super().__init__(len(agents), first.problem, first.config)
+        self.agents = nn.ModuleList(agents)
+
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        laws = [agent.return_distribution(obs[k]) for k, agent in enumerate(self.agents)]
+        if len(laws) == 1:
+            return ReturnDistribution(laws[0].values.unsqueeze(0), laws[0].probs.unsqueeze(0))
+        return ReturnDistribution(torch.stack([law.values for law in laws]),
+                                  torch.stack([law.probs for law in laws]))
+
+    def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
+        if len(self.agents) == 1:
+            return self.agents[0].greedy_action(obs[0], choose_action).unsqueeze(0)
+        return torch.stack([agent.greedy_action(obs[k], choose_action)
+                            for k, agent in enumerate(self.agents)])
+
+    def loss(self, batch, target, choose_action):
+        if len(self.agents) == 1:
+            loss, metrics = self.agents[0].loss(Transitions(*(f[0] for f in batch)),
+                                                target.agents[0], choose_action)
+            return loss.unsqueeze(0), {name: v.unsqueeze(0) for name, v in metrics.items()}
+        results = [agent.loss(Transitions(*(f[k] for f in batch)), target.agents[k],
+                              choose_action)
+                   for k, agent in enumerate(self.agents)]
+        losses = torch.stack([loss for loss, _ in results])
+        metrics = {name: torch.stack([m[name] for _, m in results]) for name in results[0][1]}
+        return losses, metrics
+
+    def clip_gradients(self, max_norm: float) -> Tensor:
+        norms = [torch.nn.utils.clip_grad_norm_(agent.parameters(), max_norm, foreach=True)
+                 for agent in self.agents]
+        return norms[0].unsqueeze(0) if len(norms) == 1 else torch.stack(norms)
+
+    def member_agent(self, k: int) -> Agent:
+        return self.agents[k]
+
+    def networks(self) -> list[Agent]:
+        return list(self.agents)
+
+
+def make_members(agents: list[Agent]) -> Members:
+    """Stacked when there are several members of an agent that supports it, else looped."""
+    if len(agents) > 1 and agents[0].supports_members:
+        return StackedMembers(agents)
+    return LoopedMembers(agents)

@@ -1,0 +1,76 @@
+"""The behaviour policy: epsilon-greedy on the utility, one exploration generator per member.
+
+Copy i of member k at environment step t acts with the epsilon of step t + i and draws from
+member k's generator in the order of i (a uniform, then an action where it explores), so a
+member with N copies acts as N steps of one environment would, and member k as the run of
+its seed alone. The greedy actions of all members and copies come from one forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
+    """epsilon after ``env_step`` environment steps.
+
+    ``exponential``: end + (start - end) * exp(-t / decay) (the authors' schedule);
+    ``linear``: from start to end over ``decay`` steps, then constant.
+    """
+    if schedule == "exponential":
+        return end + (start - end) * math.exp(-env_step / decay)
+    return end + (start - end) * max(0.0, 1.0 - env_step / decay)
+
+
+class EpsilonGreedy:
+    """Epsilon-greedy actions ``[K, N]`` for the observations ``[K, N, ...]`` of K members'
+    N copies (module docstring). ``learning`` holds the schedule (``epsilon_*`` keys)."""
+
+    def __init__(self, seeds: list[int], n_actions: int, learning) -> None:
+        self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
+        self.n_actions = n_actions
+        self.learning = learning
+        self.epsilon = learning.epsilon_start
+
+    def rate(self, env_step: int) -> float:
+        cfg = self.learning
+        return exploration_rate(env_step, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_decay,
+                                cfg.epsilon_schedule)
+
+    def __call__(self, obs: Tensor, env_step: int, greedy: Callable[[Tensor], Tensor]) -> Tensor:
+        """``greedy(obs[K, N, ...]) -> [K, N]`` is called once, if any copy acts greedily."""
+        copies = obs.shape[1]
+        rates = [self.rate(env_step + i) for i in range(copies)]
+        self.epsilon = rates[-1]
+        chosen: list[list[int]] = []
+        any_greedy = False
+        for generator in self.generators:
+            row = []
+            for epsilon in rates:
+                if generator.random() < epsilon:
+                    row.append(int(generator.integers(self.n_actions)))
+                else:
+                    row.append(-1)
+                    any_greedy = True
+            chosen.append(row)
+        actions = torch.tensor(chosen)
+        if any_greedy:
+            actions = torch.where(actions < 0, greedy(obs).cpu(), actions)
+        return actions
+
+    def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
+        chosen = range(len(self.generators)) if members is None else members
+        return {"generators": [self.generators[k].bit_generator.state for k in chosen],
+                "epsilon": self.epsilon}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["generators"]) != len(self.generators):
+            raise ValueError("the checkpoint's exploration state is of another number of members")
+        for generator, generator_state in zip(self.generators, state["generators"]):
+            generator.bit_generator.state = generator_state
+        self.epsilon = state["epsilon"]

@@ -1,0 +1,182 @@
+"""The objects a validated config describes: members, module, datamodule, Trainer."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.plugins.io import TorchCheckpointIO
+
+from rs_lightning.agents import AGENTS
+from rs_lightning.agents.members import Members, make_members
+from rs_lightning.engine.callbacks import CheckpointOnSigterm
+from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
+from rs_lightning.engine.learner import QLearning
+from rs_lightning.files import atomic_write
+from rs_lightning.schema import ValidatedConfig
+from rs_lightning.types import Problem
+
+
+def quiet_lightning() -> None:
+    # An environment stream is one endless epoch: these notices do not apply to it.
+    for pattern in (
+        ".*does not have many workers.*",
+        ".*IterableDataset.*__len__.*",
+        ".*Your `IterableDataset` has `__len__` defined.*",
+        ".*The number of training batches.*",
+        ".*GPU available but not used.*",
+        ".*LightningModule.log.*",
+        ".*module\\(s\\) in eval mode.*",  # the target network is frozen on purpose
+        ".*no pre-optimization state was saved.*",
+        ".*`dataloader_iter` step flavor.*",  # we fetch exactly one batch per step
+        ".*Found `dataloader_iter` argument.*",
+        ".*isinstance\\(treespec, LeafSpec\\).*",
+        ".*Checkpoint directory .* exists and is not empty.*",  # a resumed job's own folder
+        ".*The dirpath has changed from.*",  # resuming into a new folder: nothing to reload
+    ):
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, through a temporary file, fsync and a rename.
+
+    Lightning writes checkpoints in place, so a kill mid-write leaves a truncated
+    ``last.ckpt`` where a good one was; here the old file stays until the new one is whole.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        with atomic_write(path, "wb") as f:
+            torch.save(checkpoint, f)
+
+
+def build_members(settings: ValidatedConfig, problem: Problem, seeds: list[int]) -> Members:
+    """The members of a run; member k's initial weights are those drawn after seeding every
+    generator with ``seeds[k]`` (what a run of that seed alone draws)."""
+    agent_class, _ = AGENTS[settings.agent.name]
+    agents = []
+    for seed in seeds:
+        pl.seed_everything(seed, workers=True, verbose=False)
+        agents.append(agent_class(settings.agent, problem))
+    return make_members(agents)
+
+
+def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
+          ) -> tuple[ExperienceDataModule, QLearning]:
+    """The datamodule and the LightningModule a validated config describes: members
+    ``seed, ..., seed + parallel_seeds - 1`` on ``env.num_envs`` copies each."""
+    train = settings.train
+    seeds = member_seeds(train.seed, train.parallel_seeds)
+    datamodule = ExperienceDataModule(
+        train.env,
+        batch_size=train.learning.batch_size,
+        replay_capacity=train.learning.replay_capacity,
+        warmup_steps=train.learning.warmup_steps,
+        seeds=seeds,
+    )
+    module = QLearning(
+        build_members(settings, datamodule.problem, seeds),
+        settings.utility,
+        train.learning,
+        seeds,
+        log_every_n_steps=train.trainer.log_every_n_steps,
+        member_loggers=member_loggers,
+        fault_injection=train.fault_injection,
+    )
+    datamodule.attach_policy(module.explore)
+    if train.hardware.compile:
+        compile_members(module.agent)
+    return datamodule, module
+
+
+def compile_members(members: Members) -> None:
+    """``hardware.compile``: torch.compile what runs every step, each network's loss (its
+    update) and its return distribution (acting). Data-dependent steps (e.g. UMDQN-C's
+    distinct states) split the graph; the parts around them are compiled."""
+    for agent in members.networks():
+        agent.loss = torch.compile(agent.loss)
+        agent.return_distribution = torch.compile(agent.return_distribution)
+
+
+def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
+    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks, and a
+    checkpoint when the run is stopped by SIGTERM (always)."""
+    stop = CheckpointOnSigterm(checkpoint_dir / "last.ckpt")
+    if train.trainer.checkpoint_every_n_steps <= 0:
+        return [stop]
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    return [stop, ModelCheckpoint(
+        dirpath=checkpoint_dir,
+        filename="step{step:07d}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=train.trainer.checkpoint_every_n_steps,
+        save_top_k=-1,
+        save_last=True,
+    )]  # fmt: skip
+
+
+def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
+    """The Trainer of a run: ``trainer.max_steps`` updates in one endless epoch. The members
+    log to their own loggers (the module holds them), not through the Trainer."""
+    return pl.Trainer(
+        max_steps=train.trainer.max_steps,
+        max_epochs=-1,
+        accelerator=train.hardware.accelerator,
+        devices=train.hardware.devices,
+        precision=train.hardware.precision,
+        logger=False,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=train.trainer.checkpoint_every_n_steps > 0,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=str(run_dir),
+        log_every_n_steps=train.trainer.log_every_n_steps,
+        plugins=[AtomicCheckpointIO()],
+    )
+
+
+def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
+                      datamodule: ExperienceDataModule, k: int) -> dict[str, Any]:
+    """Member k of a run's checkpoint as the checkpoint of a run of its seed alone: weights,
+    Adam's moments, env copies, replay memory and generators. It loads with
+    :func:`rs_lightning.runs.load_run` and resumes with ``parallel_seeds=1``."""
+    single = {key: value for key, value in checkpoint.items()
+              if key not in ("state_dict", "optimizer_states", "rs_lightning",
+                             type(datamodule).__qualname__)}
+    state_dict = {}
+    for prefix in ("agent", "target_agent"):
+        members = getattr(module, prefix)
+        for name, value in members.member_state(k).items():
+            state_dict[f"{prefix}.agents.0.{name}"] = value
+    single["state_dict"] = state_dict
+    # Adam's state follows the order of parameters(): member k's parameters are those of an
+    # ordinary agent in the same order, a slice of each stacked parameter or, looped, the
+    # k-th run of them.
+    stacked = type(module.agent).__name__ == "StackedMembers"
+    count = len(list(module.agent.member_agent(k).parameters()))
+    first = 0 if stacked else k * count
+    optimizers = []
+    for optimizer in checkpoint["optimizer_states"]:
+        state = {index - first: {name: (value[k] if stacked and name != "step" else value).clone()
+                                 for name, value in entries.items()}
+                 for index, entries in optimizer["state"].items()
+                 if first <= index < first + count}
+        groups = copy.deepcopy(optimizer["param_groups"])
+        for group in groups:
+            group["params"] = list(range(count))
+        optimizers.append({"state": state, "param_groups": groups})
+    single["optimizer_states"] = optimizers
+    single[type(datamodule).__qualname__] = datamodule.state_dict([k])
+    single["rs_lightning"] = module.engine_state([k])
+    return single

@@ -1,0 +1,98 @@
+"""The loggers of a run's members: W&B (offline by default, online with a fallback), CSV or none."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rs_lightning.schema import ValidatedConfig
+from rs_lightning.wandb_support import wandb_online_problem
+
+
+def _sweep_group() -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir).name
+    return None
+
+
+def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
+                 group: str | None = None) -> list:
+    """The configured loggers. W&B online falls back to offline when it cannot connect.
+
+    ``group``: the W&B group when neither ``logger.group`` nor a multirun names one.
+    """
+    cfg = settings.train.logger
+    if cfg.backend == "none":
+        return []
+    if cfg.backend == "csv":
+        from pytorch_lightning.loggers import CSVLogger
+
+        return [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
+    from pytorch_lightning.loggers import WandbLogger
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    train = settings.train
+    name = f"{settings.agent.name}-{train.env.id.split('/')[-1]}-seed{train.seed}"
+
+    def wandb_logger(offline: bool, **init) -> WandbLogger:
+        logger = WandbLogger(
+            project=cfg.project,
+            entity=cfg.entity,
+            name=name,
+            group=cfg.group or _sweep_group() or group,
+            tags=list(cfg.tags),
+            save_dir=str(run_dir),
+            offline=offline,
+            config=resolved,
+            job_type="train",
+            reinit="create_new",  # parallel_seeds: one W&B run per seed, open side by side
+            **init,
+        )
+        # Lightning always passes W&B's deprecated `anonymous` setting, which makes every run
+        # print a warning; W&B ignores the setting, so leaving it out changes nothing else.
+        logger._wandb_init.pop("anonymous", None)
+        _start_wandb_run(logger)
+        return logger
+
+    # WANDB_MODE=offline or disabled in the environment is the user's; Lightning itself sets
+    # "dryrun" for every offline logger of the process, which must not stop a later online one.
+    if not cfg.offline and os.environ.get("WANDB_MODE") not in ("offline", "disabled"):
+        problem = wandb_online_problem(cfg.online_timeout)
+        if problem is None:
+            import wandb
+
+            try:  # connects now, while logging offline instead is still possible
+                return [wandb_logger(False, mode="online",
+                                     settings=wandb.Settings(init_timeout=cfg.online_timeout))]
+            except Exception as error:  # W&B raises its own errors and network ones
+                text = str(error).strip()
+                problem = (text.splitlines()[0] if text else repr(error))[:160]
+        print(f"[rs_lightning] W&B online logging is not possible ({problem}); logging offline "
+              f"to {run_dir / 'wandb'} instead (`wandb sync` uploads it later)", file=sys.stderr)
+    # The mode is passed, not set in the environment: after a failed online attempt W&B keeps
+    # its online settings for the process, and the next job of a sweep may log online.
+    return [wandb_logger(True, mode="offline")]
+
+
+def _start_wandb_run(logger) -> None:
+    """Start the logger's own W&B run now. Lightning's logger would attach to any run already
+    open in the process; with ``parallel_seeds`` each seed has a run of its own."""
+    import wandb
+
+    run = wandb.init(**logger._wandb_init)
+    run.define_metric("trainer/global_step")
+    run.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+    logger._experiment = run
+
+
+def close_loggers(loggers: list, failed: bool) -> None:
+    """Finish the loggers; a failed run is marked failed in W&B (exit code 1)."""
+    for logger in loggers:
+        logger.finalize("failed" if failed else "success")
+        if type(logger).__name__ == "WandbLogger" and logger._experiment is not None:
+            logger.experiment.finish(exit_code=1 if failed else 0)

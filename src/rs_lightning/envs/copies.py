@@ -1,0 +1,154 @@
+"""M copies of one environment stepped together: the engine's members x environment copies,
+and the episodes an evaluation plays side by side.
+
+Both kinds give the same interface (:class:`EnvCopies`): ``obs()`` of every copy, ``step``
+with one action per copy (an ended episode restarts at once, unseeded, as gymnasium's
+same-step autoreset does), ``reseed`` to restart chosen copies with given seeds, and a
+state of tensors and numbers for checkpoints.
+
+- :class:`~rs_lightning.envs.grid_world_copies.GridWorldCopies`: the paper's grid worlds as
+  tensors (one table lookup for all copies);
+- :class:`GymCopies`: any other environment through gymnasium's vector API, one
+  ``SyncVectorEnv`` per group of copies (a member's copies), so a group's state can be
+  taken alone.
+
+Copy j is seeded ``seeds[j]`` and draws only from its own generator, so it produces exactly
+the transitions its environment would produce stepped alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from torch import Tensor
+
+from rs_lightning.envs.factory import make_env
+from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unwrapped_grid_world
+
+
+class EnvCopies(Protocol):
+    def __len__(self) -> int: ...
+
+    def obs(self) -> Tensor:
+        """The copies' current observations ``[M, ...]`` (float32)."""
+
+    def step(self, actions: Tensor) -> CopiesStep:
+        """One step of every copy; ``next_obs`` is the state each step reached (before the
+        restart of an ended episode)."""
+
+    def reseed(self, indices: list[int], seeds: list[int]) -> None:
+        """Start a new episode in the given copies, each reset with its seed."""
+
+    def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _vector_env(env_config, copies: int) -> gym.vector.SyncVectorEnv:
+    # A partial of a module-level function (not a lambda): the vector env pickles whole.
+    make_copy = functools.partial(make_env, env_config)
+    return gym.vector.SyncVectorEnv([make_copy] * copies, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def _risk_outcomes(info: dict, ended: np.ndarray) -> np.ndarray:
+    """R_s of each ended episode from a vector step's ``final_info`` (NaN where none)."""
+    outcomes = np.full(len(ended), np.nan)
+    final = info.get("final_info") or {}
+    if "risk_outcome" in final:
+        present = final.get("_risk_outcome", np.ones(len(ended), bool))
+        where = ended & present
+        outcomes[where] = np.asarray(final["risk_outcome"], dtype=np.float64)[where]
+    return outcomes
+
+
+class GymCopies:
+    """Gymnasium environments in groups of ``SyncVectorEnv`` (same-step autoreset)."""
+
+    def __init__(self, env_config, seeds: list[int], groups: int = 1) -> None:
+        if len(seeds) % groups:
+            raise ValueError(f"{len(seeds)} copies do not split into {groups} groups")
+        self.group_size = len(seeds) // groups
+        self.groups = [_vector_env(env_config, self.group_size) for _ in range(groups)]
+        observations = []
+        for g, env in enumerate(self.groups):
+            chunk = seeds[g * self.group_size:(g + 1) * self.group_size]
+            observations.append(env.reset(seed=[int(s) for s in chunk])[0])
+        self._obs = torch.as_tensor(np.concatenate(observations), dtype=torch.float32)
+
+    def __len__(self) -> int:
+        return len(self.groups) * self.group_size
+
+    def obs(self) -> Tensor:
+        return self._obs
+
+    def step(self, actions: Tensor) -> CopiesStep:
+        parts = []
+        actions = actions.cpu().numpy().reshape(len(self.groups), self.group_size)
+        for env, group_actions in zip(self.groups, actions):
+            next_obs, reward, terminated, truncated, info = env.step(group_actions)
+            ended = np.logical_or(terminated, truncated)
+            reached = np.array(next_obs, dtype=np.float32, copy=True)
+            for i in np.flatnonzero(ended):
+                # Same-step autoreset: next_obs of an ended copy is already the next
+                # episode's first observation; the state the step reached is final_obs.
+                reached[i] = info["final_obs"][i]
+            parts.append((next_obs, reached, reward, terminated, ended, _risk_outcomes(info, ended)))
+        current, reached, reward, terminated, ended, outcome = (np.concatenate(p) for p in zip(*parts))
+        self._obs = torch.as_tensor(np.asarray(current, dtype=np.float32))
+        return CopiesStep(
+            torch.as_tensor(reached), torch.as_tensor(reward, dtype=torch.float64),
+            torch.as_tensor(terminated, dtype=torch.bool), torch.as_tensor(ended),
+            torch.as_tensor(outcome),
+        )
+
+    def reseed(self, indices: list[int], seeds: list[int]) -> None:
+        size = self.group_size
+        for g, env in enumerate(self.groups):
+            mask = np.zeros(size, dtype=bool)
+            group_seeds: list[int | None] = [None] * size
+            for j, seed in zip(indices, seeds):
+                if j // size == g:
+                    mask[j % size] = True
+                    group_seeds[j % size] = int(seed)
+            if mask.any():
+                obs, _ = env.reset(seed=group_seeds, options={"reset_mask": mask})
+                rows = torch.as_tensor(np.flatnonzero(mask) + g * size)
+                self._obs[rows] = torch.as_tensor(np.asarray(obs, dtype=np.float32))[mask]
+
+    def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]:
+        """Whole groups only (``indices`` must cover whole groups): the environments are
+        pickled with their episodes in progress and generators."""
+        size = self.group_size
+        chosen = list(range(len(self))) if indices is None else list(indices)
+        groups = sorted({j // size for j in chosen})
+        if len(chosen) != len(groups) * size:
+            raise ValueError("GymCopies.state_dict takes whole groups of copies")
+        return {"groups": [pickle.dumps(self.groups[g]) for g in groups],
+                "obs": self._obs[chosen].clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["groups"]) != len(self.groups):
+            raise ValueError(f"the checkpoint holds {len(state['groups'])} groups of environment "
+                             f"copies, this run {len(self.groups)}")
+        self.groups = [pickle.loads(data) for data in state["groups"]]
+        self._obs = state["obs"].clone()
+
+
+def make_copies(env_config, seeds: list[int], groups: int = 1) -> EnvCopies:
+    """``len(seeds)`` copies of the configured environment, copy j reset with ``seeds[j]``
+    (in ``groups`` equal groups): grid worlds as tensors, anything else through gymnasium's
+    vector API."""
+    first = make_env(env_config)
+    if unwrapped_grid_world(first) is not None:
+        envs = [first] + [make_env(env_config) for _ in seeds[1:]]
+        for env, seed in zip(envs, seeds):
+            env.reset(seed=int(seed))
+        return GridWorldCopies(envs)
+    first.close()
+    return GymCopies(env_config, seeds, groups)

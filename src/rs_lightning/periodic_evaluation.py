@@ -1,0 +1,73 @@
+"""The periodic evaluation of every member's greedy policy during training (a callback the
+composition root registers: the engine itself knows no evaluation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from rs_lightning.evaluation import evaluate_policy
+from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
+
+
+class PeriodicEvaluation(pl.Callback):
+    """Every ``every_n_steps`` updates, a Monte Carlo evaluation of each member's greedy
+    policy, each into its own ``eval_history.jsonl`` and loggers.
+
+    On the grid worlds it adds the exact E, VaR, CVaR, U and R_s of that policy and the
+    Wasserstein-1 distance between the learned and the exact return distribution of every
+    action at the start state (``w1_*``), so that learning the distribution can be watched.
+    """
+
+    def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int,
+                 seeds: list[int], batch_envs: int, history_paths: list[Path]) -> None:
+        self.env_config = env_config
+        self.rho = rho
+        self.every_n_steps = every_n_steps
+        self.episodes = episodes
+        self.seeds = list(seeds)
+        self.batch_envs = batch_envs
+        self.history_paths = list(history_paths)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.every_n_steps <= 0 or step % self.every_n_steps:
+            return
+        shown: dict[str, list[float]] = {}
+        train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
+        for k, seed in enumerate(self.seeds):
+            metrics = evaluate_during_training(
+                pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
+                self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
+            )
+            for logger in pl_module.member_loggers[k]:
+                logger.log_metrics(metrics, step=step)
+            for name, value in metrics.items():
+                shown.setdefault(name, []).append(value)
+        pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
+
+
+def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
+                             batch_envs: int, step: int, env_steps: int,
+                             history_path: Path | None, train_seconds: float | None = None,
+                             ) -> dict[str, float]:
+    """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
+    (one JSON line, learning curves that need no logger to survive) and returned as
+    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far (the run's
+    :class:`~rs_lightning.engine.learner.TrainingClock`), recorded as ``train_seconds``."""
+    summary = evaluate_policy(
+        module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
+    )
+    summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
+    summary.update(start_state_distances(module, env_config) or {})
+    metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
+    metrics["eval/env_steps"] = float(env_steps)
+    if history_path is not None:
+        record = {"step": step, "env_steps": env_steps, **summary}
+        if train_seconds is not None:
+            record["train_seconds"] = round(train_seconds, 3)
+        with open(history_path, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+    return metrics
