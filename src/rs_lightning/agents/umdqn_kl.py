@@ -27,8 +27,8 @@ evaluated as a Riemann sum on the returns, averaged over the batch. A terminal r
 Dirac, which has no density: the authors replace it with a Gaussian as narrow as the return
 grid's step (``terminal_std``), so the learnt law is the true one smoothed by that much.
 
-Evaluation reuses UMDQN-C's fast path (:mod:`rs_lightning.agents.umdqn_c`): the integrand is
-evaluated once per distinct state on a lattice, integrated by a cumulative rule, and h and
+Evaluation is the UMNN's fast path (:mod:`rs_lightning.agents.umnn`, as UMDQN-C): the integrand
+is evaluated once per distinct state on a lattice, integrated by a cumulative rule, and h and
 its derivative read anywhere by the exact interpolant of the table (the density is the
 derivative of the CDF actually used for acting, not a separate approximation).
 """
@@ -49,7 +49,7 @@ from rs_lightning.agents.base import (
     Transitions,
     register_agent,
 )
-from rs_lightning.agents.umdqn_c import (
+from rs_lightning.agents.umnn import (
     CDFNetwork,
     StateCurves,
     UMNNConfig,
