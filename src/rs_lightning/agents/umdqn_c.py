@@ -54,7 +54,7 @@ from torch import Tensor
 
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
 from rs_lightning.agents.umnn import (
-    CDFNetwork,
+    MonotoneNetwork,
     StateCurves,
     UMNNConfig,
     clenshaw_curtis,
@@ -126,7 +126,7 @@ class UMDQNC(Agent):
     def __init__(self, config: UMDQNCConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         problem.check_return_support()
-        self.network = CDFNetwork(problem, config)
+        self.network = MonotoneNetwork(problem, config)
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)
 

@@ -50,7 +50,7 @@ from rs_lightning.agents.base import (
     register_agent,
 )
 from rs_lightning.agents.umnn import (
-    CDFNetwork,
+    MonotoneNetwork,
     StateCurves,
     UMNNConfig,
     next_states_of_members,
@@ -105,7 +105,7 @@ class UMDQNKL(Agent):
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         problem.check_return_support()
-        self.network = CDFNetwork(problem, config)
+        self.network = MonotoneNetwork(problem, config)
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)
         self.grid_step = (problem.return_max - problem.return_min) / (config.n_returns - 1)

@@ -73,7 +73,7 @@ from torch import Tensor, nn
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
 from rs_lightning.agents.qr_dqn import check_quantile_loss, midpoint_fractions, quantile_huber_loss
 from rs_lightning.agents.umnn import (
-    CDFNetwork,
+    MonotoneNetwork,
     StateCurves,
     UMNNConfig,
     covering_lattice,
@@ -121,7 +121,7 @@ class UMDQNW(Agent):
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         problem.check_return_support()
-        self.network = CDFNetwork(problem, config)
+        self.network = MonotoneNetwork(problem, config)
         self._initialise_conditioner()
         half = 0.5 * config.fraction_scale
         self.lattice = covering_lattice(

@@ -85,7 +85,7 @@ class UMNNConfig(AgentConfig):
 
 
 def umnn_cdf(integral: Tensor, offset: Tensor, log_scale: Tensor) -> Tensor:
-    """F = sigmoid(exp(c) * integral_0^z f + b), the UMNN CDF of UMDQN-C (module docstring)."""
+    """F = sigmoid(exp(c) * integral_0^z f + b): UMDQN-C's CDF, the UMNN through a sigmoid."""
     return torch.sigmoid(log_scale.exp() * integral + offset)
 
 
@@ -236,8 +236,8 @@ def _full_precision(x: Tensor) -> Tensor:
 # The network.
 
 
-class CDFNetwork(nn.Module):
-    """The UMNN of UMDQN-C: embedding h(s), integrand f(z, h) > 0 and conditioner (b, c)."""
+class MonotoneNetwork(nn.Module):
+    """The UMNN (module docstring): embedding h(s), integrand f(z, h) > 0 and conditioner (b, c)."""
 
     def __init__(self, problem: Problem, config: UMNNConfig) -> None:
         super().__init__()
@@ -284,7 +284,7 @@ class CDFNetwork(nn.Module):
 
 
 class StateCurves(NamedTuple):
-    """Everything needed to read F(z | s, a) at any z for a batch of states."""
+    """Everything needed to read the UMNN (or UMDQN-C's F) at any z for a batch of states."""
 
     table: IntegralTable  # [U * A, K]: curve u * A + a is (distinct state u, action a)
     offset: Tensor  # [U * A]  b_a(s)
@@ -339,7 +339,7 @@ class StateCurves(NamedTuple):
 
 
 def umnn_state_curves(
-    network: CDFNetwork, obs: Tensor, lattice: Lattice, rule: str
+    network: MonotoneNetwork, obs: Tensor, lattice: Lattice, rule: str
 ) -> StateCurves:
     """Integrate the integrand once per distinct state of ``obs[B, D]`` on ``lattice``.
 
@@ -363,8 +363,10 @@ def umnn_state_curves(
     )
 
 
-def umnn_curves_covering(network: CDFNetwork, config: UMNNConfig, problem: Problem, obs: Tensor,
-                         low: float, high: float) -> StateCurves:
+def umnn_curves_covering(
+    network: MonotoneNetwork, config: UMNNConfig, problem: Problem, obs: Tensor, low: float,
+    high: float,
+) -> StateCurves:
     """:func:`umnn_state_curves` on a lattice covering ``[low, high]`` and 0 (the lower limit
     of the UMNN integral). The lattice never extends further than 4 return ranges beyond the
     return range: past it the integral continues linearly (F stays monotone); only queries
