@@ -13,7 +13,8 @@ the utility is the K values Z_tau_k(s, a), equally weighted and sorted (:func:`f
 Learning: N = 32 fractions per transition for Z(s, a), N' = 32 fresh ones for the target
 r + gamma Z_tau'_j(s', a*) with a* the utility-greedy action of the TARGET network on its own
 K fractions at s', and the quantile Huber loss (kappa = 1) of QR-DQN (for N x N' = 32 x 32
-pairs evaluated pair by pair, value and gradient in one pass: :class:`PairwiseQuantileHuberLoss`).
+pairs evaluated pair by pair, value and gradient in one pass:
+:class:`~rs_lightning.agents.quantile_loss.PairwiseQuantileHuberLoss`).
 
 Sampling. The N fractions of the trained Z(s, a) are drawn per transition, as in the paper.
 The fractions of acting and of the target network (the K for the action, the N' for the
@@ -66,7 +67,11 @@ from rs_lightning.agents.base import (
     mlp,
     register_agent,
 )
-from rs_lightning.agents.qr_dqn import check_kappa, midpoint_fractions
+from rs_lightning.agents.quantile_loss import (
+    PairwiseQuantileHuberLoss,
+    check_kappa,
+    midpoint_fractions,
+)
 from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
 
 RISK_ROUTES = ("common", "native")
@@ -109,36 +114,6 @@ class IQNConfig(AgentConfig):
                 f"agent.acting_fractions: must be one of {', '.join(ACTING_FRACTIONS)}, "
                 f"got {self.acting_fractions!r}"
             )
-
-
-class PairwiseQuantileHuberLoss(torch.autograd.Function):
-    """The batch mean of the quantile Huber loss of QR-DQN,
-    mean_b sum_i mean_j |tau_bi - 1{u_bij < 0}| H_kappa(u_bij) / kappa, u_bij = t_bj - theta_bi
-    (:func:`rs_lightning.agents.qr_dqn.quantile_huber_loss_pairwise`), with its gradient with
-    respect to ``quantiles`` theta only, both computed pair by pair in one pass.
-
-    For IQN's 32 x 32 pairs per transition this is cheaper than the prefix sums of
-    :func:`rs_lightning.agents.qr_dqn.quantile_huber_loss` (which pay off for QR-DQN's 200 x 200)
-    and than autograd through the pairwise formula. With c = clamp(u, -kappa, kappa) and
-    w = |tau - 1{u < 0}|: H_kappa(u) = c (u - c / 2), dH/du = c, so the loss is
-    sum w c (u - c / 2) and its gradient with respect to theta_bi is -sum_j w c / (kappa M B).
-    """
-
-    @staticmethod
-    def forward(ctx, quantiles: Tensor, fractions: Tensor, targets: Tensor, kappa: float):
-        u = targets.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [B, N, M]
-        clipped = u.clamp(-kappa, kappa)
-        tau = fractions.unsqueeze(-1)
-        weighted = torch.where(u < 0, 1.0 - tau, tau).mul_(clipped)  # w c
-        scale = 1.0 / (kappa * targets.shape[-1] * targets.shape[0])
-        value = torch.dot(weighted.flatten(), u.sub_(clipped, alpha=0.5).flatten()) * scale
-        ctx.save_for_backward(weighted.sum(-1).mul_(-scale))  # d value / d theta: [B, N]
-        return value
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (slope,) = ctx.saved_tensors
-        return slope * grad, None, None, None
 
 
 @register_agent("iqn", IQNConfig)

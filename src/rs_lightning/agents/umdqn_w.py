@@ -71,7 +71,11 @@ from omegaconf import MISSING
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
-from rs_lightning.agents.qr_dqn import check_quantile_loss, midpoint_fractions, quantile_huber_loss
+from rs_lightning.agents.quantile_loss import (
+    check_quantile_loss,
+    midpoint_fractions,
+    quantile_huber_loss,
+)
 from rs_lightning.agents.umnn import (
     MonotoneNetwork,
     StateCurves,
