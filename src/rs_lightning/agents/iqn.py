@@ -72,7 +72,13 @@ from rs_lightning.agents.quantile_loss import (
     check_kappa,
     midpoint_fractions,
 )
-from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
+from rs_lightning.risk import (
+    ReturnDistribution,
+    Utility,
+    combine_utility,
+    from_quantiles,
+    utility_of,
+)
 
 RISK_ROUTES = ("common", "native")
 ACTING_FRACTIONS = ("sampled", "midpoints")
@@ -209,27 +215,27 @@ class IQN(Agent):
         if self.config.risk_route != "native":
             return None
         utility = utility_of(choose_action)
-        if utility is None or (utility.alpha < 1.0 and utility.fraction_map() is None):
+        if utility is None or (utility.uses_risk and utility.fraction_map() is None):
             return None
         return utility
 
     def native_fractions(self, utility: Utility, batch: int, like: Tensor) -> Tensor:
         """The K acting fractions tau_k for E, then K distorted ones beta(tau'_k) for R (only
-        the parts the utility's weights use) -> ``[B, T]``."""
+        the parts U depends on) -> ``[B, T]``."""
         parts = []
-        if utility.alpha > 0.0:
+        if utility.uses_expectation:
             parts.append(self.acting_fractions(like).expand(batch, -1))
-        if utility.alpha < 1.0:
+        if utility.uses_risk:
             parts.append(utility.fraction_map()(self.acting_fractions(like).expand(batch, -1)))
         return torch.cat(parts, dim=-1)
 
     def native_values(self, utility: Utility, quantiles: Tensor) -> Tensor:
-        """U(s, a) from the values at :meth:`native_fractions` -> ``[B, A]``."""
-        if utility.alpha in (0.0, 1.0):  # one part only: E, or R
-            return quantiles.mean(-1)
-        k = self.config.n_acting_fractions
-        mean, risk = quantiles[..., :k].mean(-1), quantiles[..., k:].mean(-1)
-        return utility.alpha * mean + (1.0 - utility.alpha) * risk
+        """U(s, a) from the values at :meth:`native_fractions` -> ``[B, A]``: E and R are the
+        means of their parts' K values."""
+        parts = iter(quantiles.split(self.config.n_acting_fractions, dim=-1))
+        mean = next(parts).mean(-1) if utility.uses_expectation else None
+        risk = next(parts).mean(-1) if utility.uses_risk else None
+        return combine_utility(utility.alpha, mean, risk)
 
     @torch.no_grad()
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:

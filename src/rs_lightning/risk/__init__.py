@@ -16,6 +16,7 @@ from rs_lightning.risk.distribution import (
 from rs_lightning.risk.measures import (
     RISK_MEASURES,
     Utility,
+    combine_utility,
     conditional_value_at_risk,
     cpw,
     distortion_risk,
@@ -33,6 +34,7 @@ __all__ = [
     "RISK_MEASURES",
     "ReturnDistribution",
     "Utility",
+    "combine_utility",
     "conditional_value_at_risk",
     "cpw",
     "dirac",
