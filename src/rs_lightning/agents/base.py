@@ -1,9 +1,9 @@
 """The contract between the Q-learning loop and a distributional agent.
 
 An agent is a network of the return distribution Z(s, a) plus its learning rule. It knows
-nothing of risk: the loop hands it ``choose_action``, a function from a return distribution
-to the actions maximising the utility, which it must use to pick the target action of the
-distributional Bellman target. Acting goes through :meth:`Agent.return_distribution` too, so
+nothing of risk: the loop hands it ``choose_action`` (:class:`ChooseAction`: the utility's
+argmax, from a return distribution to actions), which it must use to pick the target action of
+the distributional Bellman target. Acting goes through :meth:`Agent.return_distribution` too, so
 the same risk measure decides both (the paper's two changes, and nothing else).
 
 To add an agent: write one module in this package with a config dataclass derived from
@@ -25,14 +25,14 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, List, NamedTuple
+from typing import List, NamedTuple, Protocol
 
 import torch
 from omegaconf import MISSING
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rs_lightning.risk import ReturnDistribution
+from rs_lightning.risk import ReturnDistribution, Utility
 
 
 class Transitions(NamedTuple):
@@ -45,7 +45,17 @@ class Transitions(NamedTuple):
     terminated: Tensor  # [B] float32: 1 where no bootstrapping (terminal transition)
 
 
-ChooseAction = Callable[[ReturnDistribution], Tensor]
+class ChooseAction(Protocol):
+    """The utility's argmax: a ``[B, A, K]`` return distribution -> the actions ``[B]`` that
+    maximise the utility. The loop passes ``utility.greedy``
+    (:class:`~rs_lightning.risk.UtilityArgmax`)."""
+
+    @property
+    def utility(self) -> Utility | None:
+        """The utility maximised, for an agent that evaluates it its own way (IQN's native
+        route); None for a rule that is not a utility's argmax."""
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor: ...
 
 
 @dataclass

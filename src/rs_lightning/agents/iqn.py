@@ -40,12 +40,12 @@ of the quantile function). The N and N' fractions of the loss are sampled either
 - ``common`` (default): like every agent, the K sampled values go to the risk module, which
   evaluates the measure on that empirical distribution;
 - ``native``: IQN evaluates the measure itself, the IQN-paper way: R = mean_k Z_beta(tau_k)
-  with tau_k ~ U(0, 1) and beta the measure's fraction map (``Utility.fraction_map``), next to
-  E = mean_k Z_tau_k, so U = alpha E + (1 - alpha) R. Both routes estimate the same
-  integral of the quantile function; the native one spends its K samples where the measure
-  puts its weight (all of them at tau = rho for VaR). A measure that is not a distortion
-  (mean-variance, entropic), or a ``choose_action`` that is not a utility's, takes the common
-  route.
+  with tau_k ~ U(0, 1) and beta the measure's fraction map (``Utility.fraction_map``) of the
+  utility ``choose_action.utility``, next to E = mean_k Z_tau_k, so U = alpha E + (1 - alpha)
+  R. Both routes estimate the same integral of the quantile function; the native one spends
+  its K samples where the measure puts its weight (all of them at tau = rho for VaR). A
+  measure that is not a distortion (mean-variance, entropic), or a ``choose_action`` without a
+  utility (``choose_action.utility`` None), takes the common route.
 """
 
 from __future__ import annotations
@@ -72,13 +72,7 @@ from rs_lightning.agents.quantile_loss import (
     check_kappa,
     midpoint_fractions,
 )
-from rs_lightning.risk import (
-    ReturnDistribution,
-    Utility,
-    combine_utility,
-    from_quantiles,
-    utility_of,
-)
+from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_quantiles
 
 RISK_ROUTES = ("common", "native")
 ACTING_FRACTIONS = ("sampled", "midpoints")
@@ -214,7 +208,7 @@ class IQN(Agent):
         """The utility to evaluate natively, or None for the common route."""
         if self.config.risk_route != "native":
             return None
-        utility = utility_of(choose_action)
+        utility = choose_action.utility
         if utility is None or (utility.uses_risk and utility.fraction_map() is None):
             return None
         return utility

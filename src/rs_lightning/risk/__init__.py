@@ -16,6 +16,7 @@ from rs_lightning.risk.distribution import (
 from rs_lightning.risk.measures import (
     RISK_MEASURES,
     Utility,
+    UtilityArgmax,
     combine_utility,
     conditional_value_at_risk,
     cpw,
@@ -25,7 +26,6 @@ from rs_lightning.risk.measures import (
     mean_variance,
     power,
     risk_measure,
-    utility_of,
     value_at_risk,
     wang,
 )
@@ -34,6 +34,7 @@ __all__ = [
     "RISK_MEASURES",
     "ReturnDistribution",
     "Utility",
+    "UtilityArgmax",
     "combine_utility",
     "conditional_value_at_risk",
     "cpw",
@@ -48,7 +49,6 @@ __all__ = [
     "mean_variance",
     "power",
     "risk_measure",
-    "utility_of",
     "value_at_risk",
     "wang",
 ]

@@ -327,16 +327,20 @@ class Utility:
         risk = self.risk_value(dist) if self.uses_risk else None
         return combine_utility(self.alpha, mean, risk)
 
-    def greedy(self, dist: ReturnDistribution) -> Tensor:
-        """argmax_a U[Z(s, a)] for a ``[B, A, K]`` distribution -> actions ``[B]``."""
-        return self(dist).argmax(-1)
+    @property
+    def greedy(self) -> UtilityArgmax:
+        """argmax_a U[Z(s, a)], the agents' ``choose_action``: ``utility.greedy(dist)`` maps a
+        ``[B, A, K]`` distribution to actions ``[B]``."""
+        return UtilityArgmax(self)
 
 
-def utility_of(choose_action: Callable) -> Utility | None:
-    """The :class:`Utility` behind a ``choose_action`` callable (``utility.greedy``), if any.
+@dataclass(frozen=True)
+class UtilityArgmax:
+    """argmax_a U[Z(s, a)]: a ``[B, A, K]`` distribution -> the actions ``[B]`` maximising the
+    utility (``Utility.greedy``). It carries the utility, so that an agent can evaluate U its
+    own way (IQN's native route: the agents' ``ChooseAction``)."""
 
-    The training loop hands agents ``utility.greedy``; an agent that can evaluate a distortion
-    natively (IQN) reads the utility from it, and treats any other callable as opaque.
-    """
-    owner = getattr(choose_action, "__self__", None)
-    return owner if isinstance(owner, Utility) else None
+    utility: Utility
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor:
+        return self.utility(dist).argmax(-1)
