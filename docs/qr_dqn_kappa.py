@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from rs_lightning.agents.qr_dqn import midpoint_fractions, quantile_huber_loss
+from rs_lightning.agents.quantile_loss import midpoint_fractions, quantile_huber_loss
 from rs_lightning.envs.grid_worlds import REWARD_STD, RiskyRewards
 from rs_lightning.risk import Utility, expectation, from_quantiles, value_at_risk
 

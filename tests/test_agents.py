@@ -86,6 +86,8 @@ def risk_utility(risk: str, alpha: float = 0.5) -> Utility:
 class Spy:
     """A choose_action that records what it sees and returns fixed actions."""
 
+    utility = None  # a rule of its own, not a utility's argmax
+
     def __init__(self, action: int | None = None):
         self.action = action
         self.seen: list[ReturnDistribution] = []

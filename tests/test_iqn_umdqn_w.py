@@ -16,12 +16,12 @@ import copy
 import pytest
 import torch
 
-from rs_lightning.agents.qr_dqn import (
+from rs_lightning.agents.quantile_loss import (
+    PairwiseQuantileHuberLoss,
     midpoint_fractions,
     quantile_huber_loss,
     quantile_huber_loss_pairwise,
 )
-from rs_lightning.agents.iqn import PairwiseQuantileHuberLoss
 from rs_lightning.risk import Utility, from_quantiles
 from tests.test_agents import CELLS, GRID, make_agent, make_batch
 

@@ -36,6 +36,7 @@ from rs_lightning.risk import (
     RISK_MEASURES,
     ReturnDistribution,
     Utility,
+    combine_utility,
     conditional_value_at_risk,
     dirac,
     distortion_risk,
@@ -697,6 +698,16 @@ def test_utility_is_alpha_mixture(alpha, risk, dtype):
     if alpha == 1.0:
         assert_close(out, expectation(dist), rtol=0, atol=0)
     assert_close(u.greedy(dist), out.argmax(-1))
+
+
+def test_combine_utility_leaves_out_the_part_without_weight():
+    """One formula for floats (the exact laws) and tensors (the agents); at alpha 0 or 1 the
+    other part need not exist and cannot turn U into NaN."""
+    assert combine_utility(0.25, 2.0, -2.0) == 0.25 * 2.0 + 0.75 * -2.0
+    assert combine_utility(1.0, 2.0, None) == combine_utility(1.0, 2.0, -math.inf) == 2.0
+    assert combine_utility(0.0, None, -2.0) == combine_utility(0.0, math.inf, -2.0) == -2.0
+    mean, risk = torch.tensor([1.0, 2.0]), torch.tensor([-1.0, 0.5])
+    assert torch.equal(combine_utility(0.5, mean, risk), 0.5 * mean + 0.5 * risk)
 
 
 def test_registry_has_builtin_measures():

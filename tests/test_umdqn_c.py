@@ -14,15 +14,8 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from rs_lightning.agents import AGENTS, Problem, Transitions
-from rs_lightning.agents.umdqn_c import (
-    UMDQNC,
-    UMDQNCConfig,
-    clenshaw_curtis,
-    covering_lattice,
-    cramer_loss,
-    mse_loss,
-    step_cdf,
-)
+from rs_lightning.agents.umdqn_c import UMDQNC, UMDQNCConfig, cramer_loss, mse_loss, step_cdf
+from rs_lightning.agents.umnn import clenshaw_curtis, covering_lattice
 from rs_lightning.risk import Utility
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "conf" / "agent" / "rs_umdqn_c.yaml"
@@ -383,7 +376,7 @@ def test_per_sample_cramer_loss_misses_the_minority_mode():
 def test_unique_rows_is_torch_unique(rows, columns):
     """The column-sorted distinct rows (and the fallback) agree with torch.unique(dim=0):
     repeated grid cells, continuous states, signed zeros."""
-    from rs_lightning.agents.umdqn_c import unique_rows
+    from rs_lightning.agents.umnn import unique_rows
 
     gen = torch.Generator().manual_seed(rows * 100 + columns)
     cells = torch.randint(-2, 3, (rows, columns), generator=gen).float() * 0.5

@@ -22,7 +22,7 @@ import torch
 
 from rs_lightning.envs.exact import GaussianMixture, exact_return
 from rs_lightning.envs.grid_worlds import START, Cell
-from rs_lightning.risk import ReturnDistribution, Utility, from_cdf
+from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_cdf
 
 BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
 
@@ -59,7 +59,7 @@ def exact_utility(mixture: GaussianMixture, utility: Utility) -> float:
     rho = utility.params.get("rho")
     if utility.risk in _CLOSED_FORM_RISKS:
         risk = mixture.mean() if utility.risk == "expectation" else mixture.risk(rho, utility.risk)
-        return utility.alpha * mixture.mean() + (1.0 - utility.alpha) * risk
+        return combine_utility(utility.alpha, mixture.mean(), risk)
     return float(utility(mixture_as_distribution(mixture)))
 
 

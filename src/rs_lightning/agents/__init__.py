@@ -1,6 +1,7 @@
 """Distributional agents: one module each, registered by name (the ``agent=`` option).
 
-Every module of this package is imported here, so an agent registers itself by existing.
+Every module of this package is imported here, so an agent registers itself by existing (a
+module of shared code, ``umnn`` or ``quantile_loss``, registers nothing and is merely imported).
 """
 
 import importlib

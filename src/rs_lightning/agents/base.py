@@ -1,9 +1,9 @@
 """The contract between the Q-learning loop and a distributional agent.
 
 An agent is a network of the return distribution Z(s, a) plus its learning rule. It knows
-nothing of risk: the loop hands it ``choose_action``, a function from a return distribution
-to the actions maximising the utility, which it must use to pick the target action of the
-distributional Bellman target. Acting goes through :meth:`Agent.return_distribution` too, so
+nothing of risk: the loop hands it ``choose_action`` (:class:`ChooseAction`: the utility's
+argmax, from a return distribution to actions), which it must use to pick the target action of
+the distributional Bellman target. Acting goes through :meth:`Agent.return_distribution` too, so
 the same risk measure decides both (the paper's two changes, and nothing else).
 
 To add an agent: write one module in this package with a config dataclass derived from
@@ -22,18 +22,28 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import List, Protocol
 
 import torch
 from omegaconf import MISSING
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rs_lightning.risk import ReturnDistribution
+from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.types import Problem, Transitions
 
 
-ChooseAction = Callable[[ReturnDistribution], Tensor]
+class ChooseAction(Protocol):
+    """The utility's argmax: a ``[B, A, K]`` return distribution -> the actions ``[B]`` that
+    maximise the utility. The loop passes ``utility.greedy``
+    (:class:`~rs_lightning.risk.UtilityArgmax`)."""
+
+    @property
+    def utility(self) -> Utility | None:
+        """The utility maximised, for an agent that evaluates it its own way (IQN's native
+        route); None for a rule that is not a utility's argmax."""
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor: ...
 
 
 @dataclass

@@ -13,7 +13,8 @@ the utility is the K values Z_tau_k(s, a), equally weighted and sorted (:func:`f
 Learning: N = 32 fractions per transition for Z(s, a), N' = 32 fresh ones for the target
 r + gamma Z_tau'_j(s', a*) with a* the utility-greedy action of the TARGET network on its own
 K fractions at s', and the quantile Huber loss (kappa = 1) of QR-DQN (for N x N' = 32 x 32
-pairs evaluated pair by pair, value and gradient in one pass: :class:`PairwiseQuantileHuberLoss`).
+pairs evaluated pair by pair, value and gradient in one pass:
+:class:`~rs_lightning.agents.quantile_loss.PairwiseQuantileHuberLoss`).
 
 Sampling. The N fractions of the trained Z(s, a) are drawn per transition, as in the paper.
 The fractions of acting and of the target network (the K for the action, the N' for the
@@ -39,12 +40,12 @@ of the quantile function). The N and N' fractions of the loss are sampled either
 - ``common`` (default): like every agent, the K sampled values go to the risk module, which
   evaluates the measure on that empirical distribution;
 - ``native``: IQN evaluates the measure itself, the IQN-paper way: R = mean_k Z_beta(tau_k)
-  with tau_k ~ U(0, 1) and beta the measure's fraction map (``Utility.fraction_map``), next to
-  E = mean_k Z_tau_k, so U = alpha E + (1 - alpha) R. Both routes estimate the same
-  integral of the quantile function; the native one spends its K samples where the measure
-  puts its weight (all of them at tau = rho for VaR). A measure that is not a distortion
-  (mean-variance, entropic), or a ``choose_action`` that is not a utility's, takes the common
-  route.
+  with tau_k ~ U(0, 1) and beta the measure's fraction map (``Utility.fraction_map``) of the
+  utility ``choose_action.utility``, next to E = mean_k Z_tau_k, so U = alpha E + (1 - alpha)
+  R. Both routes estimate the same integral of the quantile function; the native one spends
+  its K samples where the measure puts its weight (all of them at tau = rho for VaR). A
+  measure that is not a distortion (mean-variance, entropic), or a ``choose_action`` without a
+  utility (``choose_action.utility`` None), takes the common route.
 """
 
 from __future__ import annotations
@@ -66,8 +67,12 @@ from rs_lightning.agents.base import (
     mlp,
     register_agent,
 )
-from rs_lightning.agents.qr_dqn import check_kappa, midpoint_fractions
-from rs_lightning.risk import ReturnDistribution, Utility, from_quantiles, utility_of
+from rs_lightning.agents.quantile_loss import (
+    PairwiseQuantileHuberLoss,
+    check_kappa,
+    midpoint_fractions,
+)
+from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_quantiles
 
 RISK_ROUTES = ("common", "native")
 ACTING_FRACTIONS = ("sampled", "midpoints")
@@ -109,36 +114,6 @@ class IQNConfig(AgentConfig):
                 f"agent.acting_fractions: must be one of {', '.join(ACTING_FRACTIONS)}, "
                 f"got {self.acting_fractions!r}"
             )
-
-
-class PairwiseQuantileHuberLoss(torch.autograd.Function):
-    """The batch mean of the quantile Huber loss of QR-DQN,
-    mean_b sum_i mean_j |tau_bi - 1{u_bij < 0}| H_kappa(u_bij) / kappa, u_bij = t_bj - theta_bi
-    (:func:`rs_lightning.agents.qr_dqn.quantile_huber_loss_pairwise`), with its gradient with
-    respect to ``quantiles`` theta only, both computed pair by pair in one pass.
-
-    For IQN's 32 x 32 pairs per transition this is cheaper than the prefix sums of
-    :func:`rs_lightning.agents.qr_dqn.quantile_huber_loss` (which pay off for QR-DQN's 200 x 200)
-    and than autograd through the pairwise formula. With c = clamp(u, -kappa, kappa) and
-    w = |tau - 1{u < 0}|: H_kappa(u) = c (u - c / 2), dH/du = c, so the loss is
-    sum w c (u - c / 2) and its gradient with respect to theta_bi is -sum_j w c / (kappa M B).
-    """
-
-    @staticmethod
-    def forward(ctx, quantiles: Tensor, fractions: Tensor, targets: Tensor, kappa: float):
-        u = targets.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [B, N, M]
-        clipped = u.clamp(-kappa, kappa)
-        tau = fractions.unsqueeze(-1)
-        weighted = torch.where(u < 0, 1.0 - tau, tau).mul_(clipped)  # w c
-        scale = 1.0 / (kappa * targets.shape[-1] * targets.shape[0])
-        value = torch.dot(weighted.flatten(), u.sub_(clipped, alpha=0.5).flatten()) * scale
-        ctx.save_for_backward(weighted.sum(-1).mul_(-scale))  # d value / d theta: [B, N]
-        return value
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (slope,) = ctx.saved_tensors
-        return slope * grad, None, None, None
 
 
 @register_agent("iqn", IQNConfig)
@@ -233,28 +208,28 @@ class IQN(Agent):
         """The utility to evaluate natively, or None for the common route."""
         if self.config.risk_route != "native":
             return None
-        utility = utility_of(choose_action)
-        if utility is None or (utility.alpha < 1.0 and utility.fraction_map() is None):
+        utility = choose_action.utility
+        if utility is None or (utility.uses_risk and utility.fraction_map() is None):
             return None
         return utility
 
     def native_fractions(self, utility: Utility, batch: int, like: Tensor) -> Tensor:
         """The K acting fractions tau_k for E, then K distorted ones beta(tau'_k) for R (only
-        the parts the utility's weights use) -> ``[B, T]``."""
+        the parts U depends on) -> ``[B, T]``."""
         parts = []
-        if utility.alpha > 0.0:
+        if utility.uses_expectation:
             parts.append(self.acting_fractions(like).expand(batch, -1))
-        if utility.alpha < 1.0:
+        if utility.uses_risk:
             parts.append(utility.fraction_map()(self.acting_fractions(like).expand(batch, -1)))
         return torch.cat(parts, dim=-1)
 
     def native_values(self, utility: Utility, quantiles: Tensor) -> Tensor:
-        """U(s, a) from the values at :meth:`native_fractions` -> ``[B, A]``."""
-        if utility.alpha in (0.0, 1.0):  # one part only: E, or R
-            return quantiles.mean(-1)
-        k = self.config.n_acting_fractions
-        mean, risk = quantiles[..., :k].mean(-1), quantiles[..., k:].mean(-1)
-        return utility.alpha * mean + (1.0 - utility.alpha) * risk
+        """U(s, a) from the values at :meth:`native_fractions` -> ``[B, A]``: E and R are the
+        means of their parts' K values."""
+        parts = iter(quantiles.split(self.config.n_acting_fractions, dim=-1))
+        mean = next(parts).mean(-1) if utility.uses_expectation else None
+        risk = next(parts).mean(-1) if utility.uses_risk else None
+        return combine_utility(utility.alpha, mean, risk)
 
     @torch.no_grad()
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:

@@ -27,8 +27,8 @@ evaluated as a Riemann sum on the returns, averaged over the batch. A terminal r
 Dirac, which has no density: the authors replace it with a Gaussian as narrow as the return
 grid's step (``terminal_std``), so the learnt law is the true one smoothed by that much.
 
-Evaluation reuses UMDQN-C's fast path (:mod:`rs_lightning.agents.umdqn_c`): the integrand is
-evaluated once per distinct state on a lattice, integrated by a cumulative rule, and h and
+Evaluation is the UMNN's fast path (:mod:`rs_lightning.agents.umnn`, as UMDQN-C): the integrand
+is evaluated once per distinct state on a lattice, integrated by a cumulative rule, and h and
 its derivative read anywhere by the exact interpolant of the table (the density is the
 derivative of the CDF actually used for acting, not a separate approximation).
 """
@@ -49,8 +49,8 @@ from rs_lightning.agents.base import (
     Transitions,
     register_agent,
 )
-from rs_lightning.agents.umdqn_c import (
-    CDFNetwork,
+from rs_lightning.agents.umnn import (
+    MonotoneNetwork,
     StateCurves,
     UMNNConfig,
     next_states_of_members,
@@ -105,7 +105,7 @@ class UMDQNKL(Agent):
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         problem.check_return_support()
-        self.network = CDFNetwork(problem, config)
+        self.network = MonotoneNetwork(problem, config)
         grid = torch.linspace(problem.return_min, problem.return_max, config.n_returns)
         self.register_buffer("return_grid", grid, persistent=False)
         self.grid_step = (problem.return_max - problem.return_min) / (config.n_returns - 1)

@@ -56,9 +56,9 @@ right into the border at (2, 0) (E 0.39 there, where a step and then the green p
 worth about -0.15), a timeout loop.
 
 The acting distribution is the N quantiles Q(tau_i | s, a), equally weighted
-(:func:`from_quantiles`). Evaluation reuses UMDQN-C's fast path: the integrand once per
-distinct state on a fixed lattice covering the fractions, a cumulative rule, and the exact
-interpolant of the table at the fractions.
+(:func:`from_quantiles`). Evaluation is the UMNN's fast path (:mod:`rs_lightning.agents.umnn`,
+as UMDQN-C): the integrand once per distinct state on a fixed lattice covering the fractions,
+a cumulative rule, and the exact interpolant of the table at the fractions.
 """
 
 from __future__ import annotations
@@ -71,13 +71,17 @@ from omegaconf import MISSING
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
-from rs_lightning.agents.qr_dqn import check_quantile_loss, midpoint_fractions, quantile_huber_loss
-from rs_lightning.agents.umdqn_c import (
-    CDFNetwork,
+from rs_lightning.agents.quantile_loss import (
+    check_quantile_loss,
+    midpoint_fractions,
+    quantile_huber_loss,
+)
+from rs_lightning.agents.umnn import (
+    MonotoneNetwork,
     StateCurves,
     UMNNConfig,
-    next_states_of_members,
     covering_lattice,
+    next_states_of_members,
     umnn_state_curves,
 )
 from rs_lightning.risk import ReturnDistribution, from_quantiles
@@ -121,7 +125,7 @@ class UMDQNW(Agent):
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         problem.check_return_support()
-        self.network = CDFNetwork(problem, config)
+        self.network = MonotoneNetwork(problem, config)
         self._initialise_conditioner()
         half = 0.5 * config.fraction_scale
         self.lattice = covering_lattice(

@@ -16,6 +16,8 @@ from rs_lightning.risk.distribution import (
 from rs_lightning.risk.measures import (
     RISK_MEASURES,
     Utility,
+    UtilityArgmax,
+    combine_utility,
     conditional_value_at_risk,
     cpw,
     distortion_risk,
@@ -24,7 +26,6 @@ from rs_lightning.risk.measures import (
     mean_variance,
     power,
     risk_measure,
-    utility_of,
     value_at_risk,
     wang,
 )
@@ -33,6 +34,8 @@ __all__ = [
     "RISK_MEASURES",
     "ReturnDistribution",
     "Utility",
+    "UtilityArgmax",
+    "combine_utility",
     "conditional_value_at_risk",
     "cpw",
     "dirac",
@@ -46,7 +49,6 @@ __all__ = [
     "mean_variance",
     "power",
     "risk_measure",
-    "utility_of",
     "value_at_risk",
     "wang",
 ]

@@ -11,7 +11,7 @@ import functools
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch import Tensor
@@ -241,6 +241,27 @@ def entropic(dist: ReturnDistribution, beta: float) -> Tensor:
     return -(mean.log() + shift.squeeze(-1)) / beta
 
 
+Value = TypeVar("Value", float, Tensor)
+
+
+def combine_utility(alpha: float, mean: Value | None, risk: Value | None) -> Value:
+    """U = alpha * E[Z] + (1 - alpha) * R[Z] (paper, section 3.3) from its two parts, floats or
+    tensors alike.
+
+    At alpha 1 U is E alone, at alpha 0 R alone: the part without weight is left out rather
+    than multiplied by 0, so it need not be evaluated (pass None; :attr:`Utility.uses_risk`)
+    and an infinite value of it does not turn U into NaN.
+    """
+    if alpha == 1.0:
+        assert mean is not None
+        return mean
+    if alpha == 0.0:
+        assert risk is not None
+        return risk
+    assert mean is not None and risk is not None, "U needs both parts unless alpha is 0 or 1"
+    return alpha * mean + (1.0 - alpha) * risk
+
+
 @dataclass(frozen=True)
 class Utility:
     """U[Z] = alpha * E[Z] + (1 - alpha) * R[Z] (paper, equation of section 3.3).
@@ -265,7 +286,7 @@ class Utility:
                 f"risk={self.risk!r} takes no parameter {', '.join(sorted(unknown))}; "
                 f"allowed: {', '.join(sorted(allowed)) or '(none)'}"
             )
-        if self.alpha < 1.0:  # the measure is used: check its parameters now, not mid-run
+        if self.uses_risk:  # check the measure's parameters now, not mid-run
             missing = allowed - set(self.params)
             if missing:
                 raise ValueError(
@@ -275,6 +296,16 @@ class Utility:
             # evaluation on a two-atom law runs those checks.
             probe = ReturnDistribution(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 0.5]))
             self.risk_value(probe)
+
+    @property
+    def uses_expectation(self) -> bool:
+        """Whether U depends on E[Z] (alpha != 0; :func:`combine_utility`)."""
+        return self.alpha != 0.0
+
+    @property
+    def uses_risk(self) -> bool:
+        """Whether U depends on R[Z] (alpha != 1): the risk measure is evaluated only then."""
+        return self.alpha != 1.0
 
     def risk_value(self, dist: ReturnDistribution) -> Tensor:
         return RISK_MEASURES[self.risk](dist, **self.params)
@@ -292,22 +323,24 @@ class Utility:
         if dist.values.shape[-1] == 1:
             # A point mass (DQN): every law-invariant measure of it is the point itself.
             return dist.values[..., 0]
-        if self.alpha == 1.0:
-            return expectation(dist)
-        if self.alpha == 0.0:
-            return self.risk_value(dist)
-        return self.alpha * expectation(dist) + (1.0 - self.alpha) * self.risk_value(dist)
+        mean = expectation(dist) if self.uses_expectation else None
+        risk = self.risk_value(dist) if self.uses_risk else None
+        return combine_utility(self.alpha, mean, risk)
 
-    def greedy(self, dist: ReturnDistribution) -> Tensor:
-        """argmax_a U[Z(s, a)] for a ``[B, A, K]`` distribution -> actions ``[B]``."""
-        return self(dist).argmax(-1)
+    @property
+    def greedy(self) -> UtilityArgmax:
+        """argmax_a U[Z(s, a)], the agents' ``choose_action``: ``utility.greedy(dist)`` maps a
+        ``[B, A, K]`` distribution to actions ``[B]``."""
+        return UtilityArgmax(self)
 
 
-def utility_of(choose_action: Callable) -> Utility | None:
-    """The :class:`Utility` behind a ``choose_action`` callable (``utility.greedy``), if any.
+@dataclass(frozen=True)
+class UtilityArgmax:
+    """argmax_a U[Z(s, a)]: a ``[B, A, K]`` distribution -> the actions ``[B]`` maximising the
+    utility (``Utility.greedy``). It carries the utility, so that an agent can evaluate U its
+    own way (IQN's native route: the agents' ``ChooseAction``)."""
 
-    The training loop hands agents ``utility.greedy``; an agent that can evaluate a distortion
-    natively (IQN) reads the utility from it, and treats any other callable as opaque.
-    """
-    owner = getattr(choose_action, "__self__", None)
-    return owner if isinstance(owner, Utility) else None
+    utility: Utility
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor:
+        return self.utility(dist).argmax(-1)
