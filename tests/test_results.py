@@ -90,7 +90,7 @@ def test_several_sweeps_pool_into_one_table(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ rows never mix settings
-def config(seed=0, lr=1e-4, max_steps=300, agent="dqn", **logging):
+def config(seed=0, lr=1e-4, max_steps=300, agent="dqn", alpha=0.5, **logging):
     """A resolved config as a run folder's config.yaml holds it (the keys that matter here)."""
     return {
         "agent": {"name": agent, "hidden_sizes": [128, 128]},
@@ -100,7 +100,7 @@ def config(seed=0, lr=1e-4, max_steps=300, agent="dqn", **logging):
         "logger": {"backend": "wandb", "group": logging.get("group")},
         "trainer": {"max_steps": max_steps, "log_every_n_steps": 100},
         "callbacks": {"progress_bar": logging.get("progress_bar", True)},
-        "seed": seed, "parallel_seeds": 1, "alpha": 0.5, "rho": 0.1, "ckpt_path": None,
+        "seed": seed, "parallel_seeds": 1, "alpha": alpha, "rho": 0.1, "ckpt_path": None,
         "learning": {"lr": lr, "batch_size": 32},
     }
 
@@ -112,6 +112,7 @@ def run_folder(path, expectation=0.3, **settings):
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     row = eval_row(RISKY_REWARDS, cfg["agent"]["name"], cfg["seed"], expectation, -1.2,
                    green=False, steps=cfg["trainer"]["max_steps"])
+    row["alpha"] = cfg["alpha"]
     (path / "eval.json").write_text(json.dumps(row))
     return path
 
@@ -191,6 +192,23 @@ def test_agent_specific_keys_are_told_by_the_agent_name(tmp_path):
     (qr / "config.yaml").write_text(yaml.safe_dump(cfg))
     markdown = write_results(tmp_path)
     assert markdown.startswith("| env | agent | alpha | risk | updates | seeds |")
+
+
+def test_the_alpha_tradeoff_refuses_runs_that_differ_in_more_than_alpha(tmp_path, capsys):
+    from rs_lightning.gym_results import main as gym_results
+
+    run_folder(tmp_path / "0_learning.lr=0.0001", lr=1e-4)
+    run_folder(tmp_path / "1_learning.lr=0.01", lr=1e-2)
+    assert gym_results(["tradeoff", str(tmp_path)]) == 2
+    assert "the runs differ in more than alpha (lr)" in capsys.readouterr().err
+    assert not (tmp_path / "tradeoff.png").exists()
+    alphas = tmp_path / "alphas"
+    for alpha in (0.5, 1.0):
+        run_folder(alphas / f"alpha={alpha}", alpha=alpha)
+    run_folder(alphas / "copy", alpha=1.0)  # the same setting and seed: counted once
+    assert gym_results(["tradeoff", str(alphas)]) == 0
+    assert "alpha 1 (1 seeds)" in capsys.readouterr().out
+    assert (alphas / "tradeoff.png").is_file()
 
 
 # ------------------------------------------------------------------ statistics

@@ -349,8 +349,9 @@ def wandb_report(
         blocks=[
             wr.TableOfContents(),
             wr.H1("Results"),
-            wr.P("Mean and spread over seeds of the greedy policy's evaluation, beside the "
-                 "paper's numbers, and the figures of the sweep."),
+            wr.P("Mean ± standard deviation and interquartile mean with a 95% bootstrap "
+                 "interval over seeds of the greedy policy's evaluation, one row per setting, "
+                 "beside the paper's numbers, and the figures of the sweep."),
             wr.PanelGrid(runsets=[summary], panels=media),
             wr.H1("The greedy policy during training"),
             wr.P("Risk indicator R_s (+1: risk-averse green path, -1: orange path), E, VaR and U "

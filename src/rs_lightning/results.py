@@ -214,12 +214,13 @@ def column_names(keys: list[str]) -> dict[str, str]:
     return {key: key.split(".")[-1] if last[key.split(".")[-1]] == 1 else key for key in keys}
 
 
-def label_keys(settings: list[Mapping[str, Any]]) -> dict[str, str]:
-    """{key: name} of what tells the settings of one environment and agent apart: the fixed
-    settings and the budget where they vary, then :func:`varying_keys` (a curve's label)."""
+def label_keys(settings: list[Mapping[str, Any]],
+               named: tuple[str, ...] = ("env.id", "agent.name")) -> dict[str, str]:
+    """{key: name} of what tells the settings apart: the fixed settings and the budget where
+    they vary, then :func:`varying_keys`; leaving out the keys ``named`` elsewhere (a curve's
+    label names its agent, its panel the environment)."""
     fixed = {key: name for key, name in {**IDENTITY_KEYS, BUDGET_KEY: "updates"}.items()
-             if key not in ("env.id", "agent.name")
-             and len({value_text(setting, key) for setting in settings}) > 1}
+             if key not in named and len({value_text(setting, key) for setting in settings}) > 1}
     return {**fixed, **column_names(varying_keys(settings))}
 
 
