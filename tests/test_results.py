@@ -280,3 +280,18 @@ def test_numpy_and_rliable_agree():
     x, y = scores[:6], scores[4:] + 0.3
     assert math.isclose(probability_of_improvement(x, y),
                         float(metrics.probability_of_improvement(x[:, None], y[:, None])))
+
+
+def test_the_analysis_layer_reads_run_folders_without_the_training_code():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    modules = ("results", "stats", "report", "plots", "return_histograms", "gym_results")
+    code = (f"import sys; import {', '.join(f'rs_lightning.{m}' for m in modules)}; "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split()
+    training = ("train", "module", "stacked", "data", "callbacks", "jobs", "runs", "agents")
+    assert not [m for m in loaded if m.startswith("rs_lightning.") and m.split(".")[1] in training]
