@@ -139,6 +139,9 @@ def test_an_lr_sweep_gives_one_row_per_lr_with_its_seeds(tmp_path):
     rows = table_lines(markdown)
     assert rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.0001 | 300 | 2 |")
     assert rows[1].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.01 | 300 | 1 |")
+    iqm_rows = [line for line in markdown.split("\n\n")[2].splitlines() if line.startswith("| Risky")]
+    assert iqm_rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.0001 | 300 | 2 | 0.300 [")
+    assert iqm_rows[1].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.01 | 300 | 1 | 0.100 |")
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert header[:8] == ["env", "agent", "alpha", "risk", "rho", "lr", "updates", "seeds"]
     assert "Warning" not in markdown

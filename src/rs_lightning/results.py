@@ -366,9 +366,11 @@ def _cell(entry: dict[str, Any], metric: str) -> str:
 
 
 def _interval_cell(entry: dict[str, Any], metric: str) -> str:
-    """Interquartile mean [95% confidence interval]."""
+    """Interquartile mean [95% confidence interval] (no interval from a single seed)."""
     if f"{metric}_iqm" not in entry:
         return ""
+    if len(entry["seeds"]) == 1:
+        return f"{entry[f'{metric}_iqm']:.3f}"
     return (f"{entry[f'{metric}_iqm']:.3f} "
             f"[{entry[f'{metric}_ci_low']:.3f}, {entry[f'{metric}_ci_high']:.3f}]")
 
