@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from rs_lightning.plots import load_run, main, plot_return_distributions
+from rs_lightning.plots import main, plot_return_distributions
+from rs_lightning.runs import load_run
 from rs_lightning.train import run
 
 
@@ -49,11 +50,18 @@ def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
 
     from rs_lightning.plots import plot_learning_curves
 
+    from omegaconf import OmegaConf
+
     sweep = tmp_path / "sweep"
     for seed in (0, 1):  # two job folders standing for two seeds
         shutil.copytree(quick_run, sweep / f"{seed}_seed={seed}")
+        config = OmegaConf.load(sweep / f"{seed}_seed={seed}" / "config.yaml")
+        config.seed = seed
+        OmegaConf.save(config, sweep / f"{seed}_seed={seed}" / "config.yaml")
+    shutil.copytree(quick_run, sweep / "copy_of_seed_0")  # the same config and seed again
     seeds = plot_learning_curves(sweep, tmp_path / "curves.png")
     assert seeds == {"rs_lightning/RiskyRewards-v0": {"rs_umdqn_c": 2}}
+    assert "left out of the curves" in capsys.readouterr().err
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert main(["curves", str(tmp_path / "empty")]) == 2
 
@@ -98,16 +106,16 @@ def test_learning_curves_keep_other_utility_settings_apart(tmp_path):
 
     from rs_lightning.plots import load_histories
 
-    def run_folder(path, alpha):
+    def run_folder(path, alpha, seed=0):
         path.mkdir(parents=True)
         config = {"env": {"id": "rs_lightning/RiskyRewards-v0"}, "agent": {"name": "c51"},
-                  "alpha": alpha, "risk": {"name": "var", "rho": 0.1}, "rho": 0.1}
+                  "alpha": alpha, "risk": {"name": "var", "rho": 0.1}, "rho": 0.1, "seed": seed}
         (path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
         (path / "eval_history.jsonl").write_text('{"step": 10, "expectation": 0.1}\n')
 
     run_folder(tmp_path / "0_alpha=0.5", 0.5)
     run_folder(tmp_path / "1_alpha=1.0" / "seed_0", 1.0)
-    run_folder(tmp_path / "1_alpha=1.0" / "seed_1", 1.0)
+    run_folder(tmp_path / "1_alpha=1.0" / "seed_1", 1.0, seed=1)
     groups = load_histories(tmp_path)
     assert {label: len(runs) for (_, label), runs in groups.items()} == {
         "c51 alpha=0.5": 1, "c51 alpha=1.0": 2,

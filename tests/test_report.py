@@ -43,22 +43,25 @@ def test_report_writes_the_table_and_every_figure(report_dir):
         "distributions_risky_rewards_dqn.png",
         "distributions_risky_rewards_rs_umdqn_c.png",
         "learning_curves.png",
+        "probability_of_improvement.png",  # two agents on one environment
         "return_histograms.png",
     ]
     assert all(png(report_dir / name) for name in names)
     markdown = (report_dir / "results.md").read_text()
     rows = [line for line in markdown.splitlines() if line.startswith("| RiskyRewards-v0")]
-    # One Monte Carlo row and one exact row per agent.
-    assert len(rows) == 4
+    # A Monte Carlo row (mean ± std), an IQM row and an exact row per agent.
+    assert len(rows) == 6
+    assert markdown.startswith("| env | agent | alpha | risk | updates | seeds |")
+    assert rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 300 | 1 |")
     assert (report_dir / "results.csv").read_text().count("\n") == 3
 
 
 def test_html_report_is_self_contained(report_dir):
     page = (report_dir / "report.html").read_text()
     images = re.findall(r"<img [^>]*src='([^']*)'", page)
-    assert len(images) == 5 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert len(images) == 6 and all(src.startswith("data:image/png;base64,") for src in images)
     assert "http" not in page.split("<body>")[1].replace("python -m", "")
-    assert page.count("<table>") == 2  # Monte Carlo and exact
+    assert page.count("<table>") == 3  # Monte Carlo, its IQM and intervals, and exact
     for agent in ("dqn", "rs_umdqn_c"):
         assert f"<td class='text'>{agent}</td>" in page
 
@@ -67,10 +70,12 @@ def test_summary_run_and_training_runs_carry_the_table_and_figures(sweep, report
     (summary_run,) = (report_dir / "wandb").glob("offline-run-*")
     media = summary_run / "files" / "media"
     assert len(list(media.glob("table/results_exact_*.table.json"))) == 1
-    (results,) = [p for p in media.glob("table/results_*.table.json") if "exact" not in p.name]
+    assert len(list(media.glob("table/results_iqm_*.table.json"))) == 1
+    (results,) = [p for p in media.glob("table/results_*.table.json")
+                  if "exact" not in p.name and "iqm" not in p.name]
     table = json.loads(results.read_text())
     assert sorted(row[1] for row in table["data"]) == ["dqn", "rs_umdqn_c"]
-    assert len(list(media.glob("images/figures/*.png"))) == 5
+    assert len(list(media.glob("images/figures/*.png"))) == 6
     jobs = [p for p in sweep.iterdir() if (p / "eval.json").is_file()]
     assert len(jobs) == 2
     for job in jobs:
@@ -113,9 +118,19 @@ def test_wandb_report_spec_plots_what_the_runs_log(sweep):
     assert all(panel.x == "trainer/global_step" for panel in training_grid.panels)
 
 
+def test_report_of_a_single_run_folder(sweep, tmp_path, capsys):
+    job = next(p for p in sweep.iterdir() if (p / "eval.json").is_file())
+    assert main([str(job), "--wandb", "off", "--out", str(tmp_path / "report")]) == 0
+    markdown = (tmp_path / "report" / "results.md").read_text()
+    assert len([line for line in markdown.splitlines() if line.startswith("| RiskyRewards-v0")]) == 3
+    assert (tmp_path / "report" / "learning_curves.png").is_file()
+    assert not (tmp_path / "report" / "probability_of_improvement.png").exists()  # one setting
+
+
 def test_report_refuses_bad_input(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
-    assert "no */eval.json" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"no finished run in {tmp_path}: expected eval.json in a run folder" in error
     assert main([str(tmp_path), "--wandb-report"]) == 2
     assert "--wandb-report" in capsys.readouterr().err
 
@@ -128,3 +143,24 @@ def test_online_report_without_credentials_logs_offline(sweep, tmp_path, monkeyp
     captured = capsys.readouterr()
     assert "no W&B credentials" in captured.err and "logging offline" in captured.err
     assert list((tmp_path / "report" / "wandb").glob("offline-run-*"))
+
+
+def test_return_histogram_title_fits_a_single_setting(tmp_path, monkeypatch):
+    """With one setting the figure is one panel wide; its title must not be cut."""
+    import rs_lightning.plots as plots
+    from rs_lightning.return_histograms import plot_return_histograms
+
+    inside = []
+
+    def check_and_save(fig, out):
+        fig.tight_layout()
+        renderer = fig.canvas.get_renderer()
+        title = fig._suptitle.get_window_extent(renderer)
+        inside.append(title.x0 >= fig.bbox.x0 and title.x1 <= fig.bbox.x1)
+
+    monkeypatch.setattr(plots, "_save", check_and_save)
+    row = {"env": "rs_lightning/RiskyRewards-v0", "agent": "dqn", "alpha": 0.5, "risk": "var",
+           "rho": 0.1, "seed": 0, "expectation": 0.3, "var": -1.2,
+           "return_histogram": {"edges": [-2.0, 0.0, 2.0], "counts": [3, 7]}}
+    assert plot_return_histograms([row], tmp_path / "h.png") == 1
+    assert inside == [True]

@@ -110,6 +110,8 @@ def truncate_jsonl(path: Path | str, keep) -> None:
 
 def run_files(sweep_dir: Path | str, name: str) -> list[Path]:
     """The file ``name`` of every run below a sweep folder: ``<job>/name``, and
-    ``<job>/seed_<s>/name`` for the seeds of a ``parallel_seeds`` job."""
+    ``<job>/seed_<s>/name`` for the seeds of a ``parallel_seeds`` job; or of the run that
+    ``sweep_dir`` itself is (``sweep_dir/name``)."""
     sweep_dir = Path(sweep_dir)
-    return sorted([*sweep_dir.glob(f"*/{name}"), *sweep_dir.glob(f"*/seed_*/{name}")])
+    itself = [sweep_dir / name] if (sweep_dir / name).is_file() else []
+    return sorted([*itself, *sweep_dir.glob(f"*/{name}"), *sweep_dir.glob(f"*/seed_*/{name}")])

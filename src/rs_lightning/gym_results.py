@@ -29,7 +29,7 @@ import torch
 from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
 from rs_lightning.envs.factory import make_env
 from rs_lightning.plots import _pyplot, _save
-from rs_lightning.results import collect
+from rs_lightning.results import collect, group_by_setting, label_keys, settings_of
 from rs_lightning.runs import load_run
 
 
@@ -218,7 +218,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if args.command == "tradeoff":
 
-        points = tradeoff_points(collect(args.sweep_dir))
+        # One point per alpha: the runs may differ in alpha only (as rows of the results
+        # table), and a run repeating the setting and seed of another counts once.
+        groups = group_by_setting(collect(args.sweep_dir), settings_of, lambda row: row["seed"])
+        others = [name for key, name in label_keys([g.settings for g in groups], named=()).items()
+                  if key != "alpha"]
+        if others:
+            print(f"error: tradeoff: the runs differ in more than alpha ({', '.join(others)}); "
+                  "give it a sweep over alpha only", file=sys.stderr)
+            return 2
+        points = tradeoff_points([row for group in groups for row in group.runs])
         out = args.out or args.sweep_dir / "tradeoff.png"
         plot_tradeoff(points, out)
         for p in points:

@@ -8,9 +8,10 @@ for Q (expectation), R (the run's risk measure) and U (the utility) of each acti
 chosen action highlighted (the paper's Figure 5). On the grid worlds it overlays the exact
 law of the discounted return of each first action followed by the learned greedy policy, and
 prints the Wasserstein-1 distance between learned and exact. ``curves`` draws the risk
-indicator R_s and E, VaR, U of the greedy policy against training steps, mean and 95% band
-over the seeds of each agent, one column per environment (the paper's Figure 4), from the
-``eval_history.jsonl`` of every job of a sweep. Plots only read run folders.
+indicator R_s and E, VaR, U of the greedy policy against training steps, mean and 95%
+bootstrap band over the seeds of each setting, one column per environment (the paper's
+Figure 4), from the ``eval_history.jsonl`` of every job of a sweep. Plots only read run
+folders.
 """
 
 from __future__ import annotations
@@ -18,15 +19,25 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
-from rs_lightning.risk import expectation
 from rs_lightning.files import read_jsonl, run_files
-from rs_lightning.runs import TrainedRun, load_run
+from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
+from rs_lightning.results import (
+    group_by_setting,
+    labelled_groups,
+    learning_settings,
+    read_config,
+    setting_labels,
+)
+from rs_lightning.risk import expectation
+from rs_lightning.stats import bootstrap_band, probability_of_improvement
+
+if TYPE_CHECKING:  # loading a run needs the training code; the curves only read files
+    from rs_lightning.runs import TrainedRun
 
 ACTION_NAMES = ("right", "down", "left", "up")
 DENSITY_BIN = 0.1
@@ -119,26 +130,26 @@ CURVE_METRICS = (
 
 
 def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
-    """{(env id, curve label): [one run's evaluations, ...]} from a sweep's run folders.
+    """{(env id, curve label): [one seed's evaluations, ...]} from a sweep's run folders.
 
-    The label is the agent's name, followed by the settings of the utility (alpha, risk
-    measure, rho) that differ between the sweep's runs: runs of other settings are other
-    curves, not more seeds of the same one.
+    Runs are grouped as the rows of the results table (:func:`rs_lightning.results.
+    group_by_setting`): runs of other settings are other curves, not more seeds of the same
+    one. The label is the agent's name and the settings that tell the curve apart
+    (:func:`rs_lightning.results.setting_labels`). A run repeating the setting and seed of
+    another is left out with a warning.
     """
     runs = []
     for history in run_files(sweep_dir, "eval_history.jsonl"):
-        config = OmegaConf.load(history.parent / "config.yaml")
+        config = read_config(history.parent)
         records = read_jsonl(history)  # drops a last line cut short by a kill
-        if records:
-            settings = {"alpha": config.alpha, "risk": config.risk.name, "rho": config.rho}
-            runs.append((config.env.id, config.agent.name, settings, records))
-    varying = [key for key in ("alpha", "risk", "rho")
-               if len({str(settings[key]) for _, _, settings, _ in runs}) > 1]
-    groups: dict[tuple[str, str], list[list[dict]]] = {}
-    for env, agent, settings, records in runs:
-        label = " ".join([agent, *(f"{key}={settings[key]}" for key in varying)])
-        groups.setdefault((env, label), []).append(records)
-    return groups
+        if records and config is not None:
+            runs.append((learning_settings(config), config.get("seed"), records, history.parent))
+    groups = group_by_setting(runs, lambda run: run[0], lambda run: run[1])
+    duplicates = [str(run[3]) for group in groups for run in group.duplicates]
+    if duplicates:
+        print(f"warning: left out of the curves, the same config and seed as another run: "
+              f"{', '.join(duplicates)}", file=sys.stderr)
+    return {(env, label): [run[2] for run in group.runs] for env, label, group in labelled_groups(groups)}
 
 
 # How well the distribution is learned: Wasserstein-1 distance between the learned and the
@@ -147,13 +158,19 @@ DISTANCE_METRICS = (
     ("w1_greedy", "W1, greedy action"),
     ("w1_mean", "W1, mean over actions"),
 )
+# The range of a metric's values, to which its bootstrap band is clipped.
+METRIC_LIMITS: dict[str, tuple[float, float]] = {
+    "risk_outcome": (-1.0, 1.0),
+    "w1_greedy": (0.0, np.inf),
+    "w1_mean": (0.0, np.inf),
+}
 
 
 def plot_learning_curves(
     sweep_dir: Path,
     out: Path,
     metrics: tuple[tuple[str, str], ...] = CURVE_METRICS,
-    title: str = "Greedy policy during training (mean, 95% band over seeds)",
+    title: str = "Greedy policy during training (mean, 95% bootstrap band over seeds)",
 ) -> dict:
     """Draw the curves into ``out``; returns {env: {agent: number of seeds}}.
 
@@ -186,12 +203,10 @@ def plot_learning_curves(
                 if not with_metric:
                     continue
                 values = np.array([[r[metric] for r in run if r["step"] in steps] for run in with_metric])
-                mean = values.mean(0)
-                n = len(with_metric)
-                half = 1.96 * values.std(0, ddof=1) / np.sqrt(n) if n > 1 else 0 * mean
+                low, high = bootstrap_band(values, limits=METRIC_LIMITS.get(metric, (-np.inf, np.inf)))
                 ax = axes[row, column]
-                ax.plot(steps, mean, color=color, label=f"{agent} ({n} seeds)")
-                ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2)
+                ax.plot(steps, values.mean(0), color=color, label=f"{agent} ({len(with_metric)} seeds)")
+                ax.fill_between(steps, low, high, color=color, alpha=0.2)
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)
         axes[0, column].set_title(env.split("/")[-1])
@@ -202,7 +217,54 @@ def plot_learning_curves(
     return seeds
 
 
+def improvement_matrix(scores: list[list[float]]) -> np.ndarray:
+    """[i, j]: the probability that a seed of setting i beats a seed of setting j."""
+    return np.array([[probability_of_improvement(x, y) for y in scores] for x in scores])
+
+
+# What the probability of improvement compares: the utility the agents maximize, and its
+# two parts.
+IMPROVEMENT_METRICS = (("utility", "U[S]"), ("expectation", "E[S]"), ("var", "VaR[S]"))
+
+
+def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> int:
+    """For each environment with several rows of the results ``table``, a matrix per metric
+    of P(row's seed > column's seed) (rliable's probability of improvement). Returns the
+    number of environments drawn (0: nothing to compare, no file written)."""
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for entry in table:
+        by_env.setdefault(entry["env"], []).append(entry)
+    compared = {env: entries for env, entries in by_env.items() if len(entries) > 1}
+    if not compared:
+        return 0
+    plt = _pyplot()
+    size = max(len(entries) for entries in compared.values())
+    fig, axes = plt.subplots(
+        len(compared), len(IMPROVEMENT_METRICS), squeeze=False,
+        figsize=(len(IMPROVEMENT_METRICS) * (2.2 + 0.55 * size), 1.2 + (1.0 + 0.45 * size) * len(compared)),
+    )
+    for line, (env, entries) in enumerate(compared.items()):
+        labels = setting_labels([entry["settings"] for entry in entries])
+        for ax, (metric, name) in zip(axes[line], IMPROVEMENT_METRICS):
+            scores = [entry["scores"].get(metric) for entry in entries]
+            if any(s is None for s in scores):
+                ax.axis("off")
+                continue
+            matrix = improvement_matrix(scores)
+            ax.imshow(matrix, vmin=0, vmax=1, cmap="RdBu")
+            for (i, j), p in np.ndenumerate(matrix):
+                ax.text(j, i, f"{p:.2f}", ha="center", va="center", fontsize=7)
+            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+            ax.set_yticks(range(len(labels)), labels if ax is axes[line, 0] else [], fontsize=7)
+            ax.set_title(f"{env.split('/')[-1]}: P(row > column), {name}", fontsize=8)
+    fig.suptitle("Probability of improvement over seeds", fontsize=10)
+    _save(fig, out)
+    return len(compared)
+
+
 def _distributions_command(args) -> int:
+    from rs_lightning.runs import load_run
+
     try:
         run = load_run(args.run_dir)
     except FileNotFoundError as error:

@@ -1,14 +1,18 @@
 """The report of a sweep: results table, the paper's figures, an HTML page and W&B.
 
     python -m rs_lightning.report outputs/multirun/<sweep>            # files + offline W&B run
+    python -m rs_lightning.report outputs/runs/<run>                  # a single run
     python -m rs_lightning.report outputs/multirun/<sweep> --wandb online --wandb-report
 
 writes into ``<sweep>/report/``:
 
-- ``results.md`` / ``results.csv``: mean and spread over seeds of every (env, agent, alpha,
-  risk) beside the paper's numbers, Monte Carlo and, on the grid worlds, exact;
+- ``results.md`` / ``results.csv``: one row per setting (every config difference but the
+  seed; :mod:`rs_lightning.results`): mean ± std over seeds beside the paper's numbers,
+  interquartile mean with a 95% bootstrap interval, Monte Carlo and, on the grid worlds, exact;
 - ``learning_curves.png``: R_s, E, VaR and U of the greedy policy against training steps,
-  mean and 95% band over seeds, one column per environment (the paper's Figure 4);
+  mean and 95% bootstrap band over seeds, one column per environment (the paper's Figure 4);
+- ``probability_of_improvement.png`` (several settings of one environment): the chance that
+  a seed of one setting beats a seed of another on U, E and VaR;
 - ``distribution_error.png``: the Wasserstein-1 distance between the learned and the exact
   return distribution at the start state during training (grid worlds);
 - ``distributions_<env>_<agent>.png``: the learned CDF and density of Z(s, a) of every action
@@ -27,6 +31,7 @@ import argparse
 import base64
 import html
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -38,9 +43,20 @@ from rs_lightning.plots import (
     DISTANCE_METRICS,
     load_histories,
     plot_learning_curves,
+    plot_probability_of_improvement,
     plot_return_distributions,
 )
-from rs_lightning.results import _cell, collect, summarize, to_csv, to_markdown
+from rs_lightning.results import (
+    TABLE_KINDS,
+    collect,
+    label_columns,
+    no_runs_message,
+    table_columns,
+    table_notes,
+    table_rows,
+    table_warnings,
+    write_table,
+)
 from rs_lightning.return_histograms import plot_return_histograms
 from rs_lightning.runs import load_run
 from rs_lightning.wandb_support import init_wandb_run
@@ -95,16 +111,6 @@ def _job_config(sweep_dir: Path, job: str):
     return OmegaConf.load(path) if path.is_file() else None
 
 
-def _representative_jobs(rows: list[dict[str, Any]]) -> dict[tuple, str]:
-    """The lowest-seed job of every (env, agent, alpha, risk, rho)."""
-    chosen: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        key = (row["env"], row["agent"], row["alpha"], row["risk"], row["rho"])
-        if key not in chosen or row["seed"] < chosen[key]["seed"]:
-            chosen[key] = row
-    return {key: row["job"] for key, row in chosen.items()}
-
-
 def _env_name(env_id: str) -> str:
     """The short name of an environment (its config name for the grid worlds)."""
 
@@ -113,7 +119,16 @@ def _env_name(env_id: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
 
 
-def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -> list[Figure]:
+def _figure_suffix(entry: dict[str, Any]) -> str:
+    """What tells a row's figure file apart from another of the same env and agent."""
+    text = f"_alpha{entry['alpha']:g}_{entry['risk']}{entry['rho']:g}"
+    text += "".join(f"_{name.split('.')[-1]}{value}" for name, value in entry["varying"].items())
+    text += f"_updates{entry['budget']}"
+    return "".join(c if c.isalnum() or c == "_" else "p" for c in text)
+
+
+def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]],
+                   table: list[dict[str, Any]]) -> list[Figure]:
     """Draw every figure of the report into ``out_dir``."""
 
     figures: list[Figure] = []
@@ -124,7 +139,8 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -
         figures.append(Figure(
             "learning_curves", path,
             "The greedy policy during training: risk indicator R_s (+1 green, -1 orange path), "
-            "E, VaR and U of the return; mean and 95% band over seeds (the paper's Figure 4).",
+            "E, VaR and U of the return; mean and 95% bootstrap band over seeds, within the "
+            "metric's range (the paper's Figure 4).",
         ))
         has_distance = any("w1_greedy" in run[-1] for runs in histories.values() for run in runs)
         if has_distance:
@@ -146,8 +162,17 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -
             "Episode returns of the greedy policy in the final Monte Carlo evaluation, any "
             "environment: one outline per seed, E solid and VaR dashed.",
         ))
-    multiple_settings = len({(r["alpha"], r["risk"], r["rho"]) for r in rows}) > 1
-    for (env, agent, alpha, risk, rho), job in sorted(_representative_jobs(rows).items()):
+    path = out_dir / "probability_of_improvement.png"
+    if plot_probability_of_improvement(table, path):
+        figures.append(Figure(
+            "probability_of_improvement", path,
+            "Probability of improvement (Agarwal et al. 2021): the chance that a seed of the "
+            "row's setting reaches a higher U, E or VaR than a seed of the column's, ties "
+            "counting half; settings of one environment compared.",
+        ))
+    shared = Counter((entry["env"], entry["agent"]) for entry in table)
+    for entry in table:
+        env, agent, job = entry["env"], entry["agent"], entry["jobs"][0]  # the lowest seed
         cell = DECISION_CELLS.get(env)
         config = _job_config(sweep_dir, job)
         if cell is None or config is None or not config.env.get("grid_size"):
@@ -155,8 +180,8 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -
         if not (sweep_dir / job / "checkpoints" / "last.ckpt").is_file():
             continue
         name = f"distributions_{_env_name(env)}_{agent}"
-        if multiple_settings:
-            name += f"_alpha{alpha:g}_{risk}{rho:g}".replace(".", "p")
+        if shared[(env, agent)] > 1:
+            name += _figure_suffix(entry)
         path = out_dir / f"{name}.png"
         plot_return_distributions(load_run(sweep_dir / job), cell, path)
         figures.append(Figure(
@@ -174,28 +199,20 @@ def build_report(sweep_dir: Path, out_dir: Optional[Path] = None) -> SweepReport
     out_dir = Path(out_dir) if out_dir is not None else sweep_dir / "report"
     rows = collect(sweep_dir)
     if not rows:
-        raise FileNotFoundError(f"no */eval.json below {sweep_dir}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table = summarize(rows)
-    markdown = to_markdown(table)
-    (out_dir / "results.md").write_text(markdown)
-    (out_dir / "results.csv").write_text(to_csv(table))
+        raise FileNotFoundError(no_runs_message(sweep_dir))
+    table, markdown = write_table(rows, out_dir)
     report = SweepReport(sweep_dir, out_dir, table, markdown, jobs=len(rows), group=sweep_dir.name)
     config = _job_config(sweep_dir, rows[0]["job"])
     if config is not None and "logger" in config:
         report.project = config.logger.get("project") or report.project
         report.entity = config.logger.get("entity")
         report.group = config.logger.get("group") or report.group
-    report.figures = render_figures(sweep_dir, out_dir, rows)
+    report.figures = render_figures(sweep_dir, out_dir, rows, table)
     report.html_path.write_text(render_html(report))
     return report
 
 
 # ------------------------------------------------------------------------------ HTML
-_COLUMNS = (
-    ("expectation", "E[S]"), ("var", "VaR[S]"), ("utility", "U[S]"), ("cvar", "CVaR[S]"),
-    ("risk_outcome", "R_s"),
-)
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
@@ -207,35 +224,13 @@ figcaption { color: #555; font-size: 0.9em; max-width: 60em; }
 """
 
 
-def _risk_label(entry: dict[str, Any]) -> str:
-    return entry["risk"] if entry["risk"] == "expectation" else f"{entry['risk']}_{entry['rho']:g}"
-
-
-def table_rows(table: list[dict[str, Any]], exact: bool = False) -> list[list[str]]:
-    """The results table as rows of text cells (also the W&B Table's data)."""
-    rows = []
-    for e in table:
-        if exact and "exact_expectation" not in e:
-            continue
-        row = [e["env"].split("/")[-1], e["agent"], f"{e['alpha']:g}", _risk_label(e), str(len(e["seeds"]))]
-        row += [_cell(e, f"exact_{m}" if exact else m) for m, _ in _COLUMNS]
-        if not exact:
-            row.append(f"{e['green_seeds']} / {e['orange_seeds']}")
-        rows.append(row)
-    return rows
-
-
-def table_columns(exact: bool = False) -> list[str]:
-    columns = ["env", "agent", "alpha", "risk", "seeds"] + [label for _, label in _COLUMNS]
-    return columns if exact else columns + ["green / orange seeds"]
-
-
-def _html_table(columns: list[str], rows: list[list[str]]) -> str:
+def _html_table(columns: list[str], rows: list[list[str]], labels: int) -> str:
+    """A table whose first ``labels`` columns (the setting) are left-aligned text."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    text_class = " class='text'"  # the label columns are left-aligned
+    text_class = " class='text'"
     body = "".join(
         "<tr>" + "".join(
-            f"<td{text_class if i < 4 else ''}>{html.escape(cell)}</td>" for i, cell in enumerate(row)
+            f"<td{text_class if i < labels else ''}>{html.escape(cell)}</td>" for i, cell in enumerate(row)
         ) + "</tr>"
         for row in rows
     )
@@ -253,19 +248,16 @@ def render_html(report: SweepReport) -> str:
         "</code>. Regenerate with <code>python -m rs_lightning.report "
         f"{html.escape(str(report.sweep_dir))}</code>.</p>",
         "<h2>Results</h2>",
-        _html_table(table_columns(), table_rows(report.table)),
-        "<p class='note'>Mean ± standard deviation over seeds of the greedy policy's Monte Carlo "
-        "evaluation; the paper's number in brackets. R_s: +1 green (risk-averse) path, "
-        "-1 orange (expectation-seeking) path.</p>",
     ]
-    exact_rows = table_rows(report.table, exact=True)
-    if exact_rows:
-        parts += [
-            "<h3>Exact evaluation of the same policies</h3>",
-            _html_table(table_columns(exact=True), exact_rows),
-            "<p class='note'>On the grid worlds the return of a fixed policy is an exact "
-            "Gaussian mixture; these are its E, VaR, U, CVaR and E[R_s].</p>",
-        ]
+    notes = table_notes(report.table)
+    labels = len(label_columns(report.table))
+    for kind in TABLE_KINDS:
+        rows = table_rows(report.table, kind)
+        if rows:
+            parts += [_html_table(table_columns(report.table, kind), rows, labels),
+                      f"<p class='note'>{html.escape(notes[kind])}</p>"]
+    parts += [f"<p class='note'><b>Warning</b>: {html.escape(warning)}.</p>"
+              for warning in table_warnings(report.table)]
     if report.figures:
         parts.append("<h2>Figures</h2>")
     for figure in report.figures:
@@ -299,12 +291,12 @@ def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[
         dir=str(report.out_dir),
         config={"sweep_dir": str(report.sweep_dir), "jobs": report.jobs},
     )
-    media: dict[str, Any] = {
-        RESULTS_TABLE_KEY: wandb.Table(columns=table_columns(), data=table_rows(report.table)),
-    }
-    exact_rows = table_rows(report.table, exact=True)
-    if exact_rows:
-        media[f"{RESULTS_TABLE_KEY}_exact"] = wandb.Table(columns=table_columns(exact=True), data=exact_rows)
+    media: dict[str, Any] = {}
+    for kind in TABLE_KINDS:  # results (mean ± std), results_iqm, results_exact
+        rows = table_rows(report.table, kind)
+        if rows:
+            key = RESULTS_TABLE_KEY if kind == "mean" else f"{RESULTS_TABLE_KEY}_{kind}"
+            media[key] = wandb.Table(columns=table_columns(report.table, kind), data=rows)
     for figure in report.figures:
         media[f"figures/{figure.key}"] = wandb.Image(str(figure.path), caption=figure.caption)
     run.log(media)
@@ -364,8 +356,9 @@ def wandb_report(
         blocks=[
             wr.TableOfContents(),
             wr.H1("Results"),
-            wr.P("Mean and spread over seeds of the greedy policy's evaluation, beside the "
-                 "paper's numbers, and the figures of the sweep."),
+            wr.P("Mean ± standard deviation and interquartile mean with a 95% bootstrap "
+                 "interval over seeds of the greedy policy's evaluation, one row per setting, "
+                 "beside the paper's numbers, and the figures of the sweep."),
             wr.PanelGrid(runsets=[summary], panels=media),
             wr.H1("The greedy policy during training"),
             wr.P("Risk indicator R_s (+1: risk-averse green path, -1: orange path), E, VaR and U "
@@ -378,7 +371,8 @@ def wandb_report(
 # ------------------------------------------------------------------------------- CLI
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="a multirun folder holding one folder per job")
+    parser.add_argument("sweep_dir", type=Path,
+                        help="a multirun folder holding one folder per job, or a run folder")
     parser.add_argument("--out", type=Path, help="output folder (default: <sweep>/report)")
     parser.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
                         help="log the table and figures to a W&B summary run (default: offline)")
