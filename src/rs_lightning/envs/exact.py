@@ -35,6 +35,7 @@ from rs_lightning.envs.grid_worlds import (
     RiskyRewards,
     RiskyTransitions,
 )
+from rs_lightning.risk import Utility
 
 Policy = Union[Mapping[Cell, int], Callable[[Cell], int]]
 
@@ -139,7 +140,8 @@ class GaussianMixture:
 
     def utility(self, alpha: float, rho: float, risk: str = "var") -> float:
         """U = alpha E[S] + (1 - alpha) R_rho[S] (paper, section 3.3)."""
-        return alpha * self.mean() + (1.0 - alpha) * self.risk(rho, risk)
+        risk_value = self.risk(rho, risk)
+        return Utility(alpha, risk, {"rho": rho}).combine(self.mean(), risk_value)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         k = rng.choice(len(self.weights), size=n, p=self.weights / self.weights.sum())

@@ -288,6 +288,12 @@ class Utility:
             return None
         return functools.partial(beta, **self.params)
 
+    def combine(self, expected: Any, risk: Any) -> Any:
+        """alpha * E + (1 - alpha) * R from an expectation and a risk value computed
+        elsewhere (tensors, arrays or floats alike): the one place the trade-off is written,
+        for callers that have E and R in closed form (the exact laws of envs/exact.py)."""
+        return self.alpha * expected + (1.0 - self.alpha) * risk
+
     def __call__(self, dist: ReturnDistribution) -> Tensor:
         if dist.values.shape[-1] == 1:
             # A point mass (DQN): every law-invariant measure of it is the point itself.
@@ -296,7 +302,7 @@ class Utility:
             return expectation(dist)
         if self.alpha == 0.0:
             return self.risk_value(dist)
-        return self.alpha * expectation(dist) + (1.0 - self.alpha) * self.risk_value(dist)
+        return self.combine(expectation(dist), self.risk_value(dist))
 
     def greedy(self, dist: ReturnDistribution) -> Tensor:
         """argmax_a U[Z(s, a)] for a ``[B, A, K]`` distribution -> actions ``[B]``."""
