@@ -57,13 +57,14 @@ SPEC = {
     # blows on moves aimed at the coin cell (1, 1) only (WIND_TARGETS).
     "two_stage": (
         TwoStage,
-        0.5,
+        0.4,
         {
             (0, 2): (((1.0, 0.5),), True),
             (2, 1): (((1.0, 0.5),), True),
             (1, 2): (((0.75, 2.0), (0.25, -1.0)), True),
             (0, 0): (((1.0, -2.0),), False),
             (0, 1): (((1.0, -2.0),), False),
+            (1, 0): (((1.0, -2.0),), False),
             (2, 0): (((1.0, -2.0),), False),
         },
         -0.1,
@@ -318,8 +319,8 @@ def test_risk_outcome_risky_rewards():
 def test_risk_outcome_two_stage():
     env = TwoStage()
     # The coin: UP from the start lands on (1, 1) or, pushed by the wind, on (0, 1).
-    assert {o.next_cell: o.probability for o in env.outcomes((1, 0), UP)} == {
-        (1, 1): 0.5, (0, 1): 0.5}
+    assert {o.next_cell: o.probability for o in env.outcomes((1, 0), UP)} == pytest.approx({
+        (1, 1): 0.6, (0, 1): 0.4})
     outcomes = set()
     for seed in range(40):  # both sides of the coin with prob. 1 - 2^-39
         env.reset(seed=seed)
