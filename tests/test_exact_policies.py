@@ -188,7 +188,7 @@ def test_reachable_policies_are_every_behaviour():
 def test_static_optimum_dominates_the_per_decision_policy(name, gamma):
     """U[return] of the static optimum >= that of the per-decision fixed point (a
     cell-Markov policy, so inside the search), with equality where both behave alike."""
-    for alpha in (0.3, 0.5, 0.8, 1.0):
+    for alpha in (0.3, 0.5, 0.7, 0.8, 1.0):  # 0.7: risky transitions' paths differ on S
         u = utility(alpha)
         fixed = per_decision_fixed_point(name, u, gamma=GAMMA)
         best = static_optimum(name, u, gamma=gamma)
@@ -309,3 +309,20 @@ def test_static_switch_points_of_the_paper_worlds(name, risk):
     (score,) = static_switch_points(name, utility(0.5, risk), gamma=1.0)
     assert (score.path_below, score.path_above) == ("green", "orange")
     assert last.alpha < score.alpha < 1.0
+
+
+def test_an_instance_brings_its_flags():
+    """RiskyGridWorld(trap_terminal=True) (the paper's text): the trap ends the episode, so
+    the orange path's law changes; the fixed point still takes the green path at 0.5."""
+    from rs_lightning.envs import RiskyGridWorld
+
+    world = RiskyGridWorld(trap_terminal=True)
+    u = utility(0.5)
+    fixed = per_decision_fixed_point(world, u, gamma=GAMMA)
+    assert fixed.converged and fixed.path == "green"
+    assert improve(world, fixed.policy, u, gamma=GAMMA) == fixed.policy
+    orange = PAPER_PATHS["risky_grid_world"]["orange"]
+    assert static_utility(world, orange, u, gamma=1.0) == pytest.approx(
+        mixture_utility(exact_return("risky_grid_world", orange, trap_terminal=True).mixture, u))
+    assert static_utility(world, orange, u, gamma=1.0) != pytest.approx(
+        static_utility("risky_grid_world", orange, u, gamma=1.0))

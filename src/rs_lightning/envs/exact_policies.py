@@ -15,7 +15,10 @@ U is not additive: the per-decision criterion judges every state's future alone,
 the episode has already earned (``TwoStage`` is a world built to show it).
 
 Everything here is a pure function of its arguments (results are cached by those
-arguments); utilities come from :class:`rs_lightning.risk.Utility`.
+arguments); utilities come from :class:`rs_lightning.risk.Utility`. ``env`` is a short name
+("risky_grid_world"), gymnasium id, GridWorld class or instance, as for
+:func:`~rs_lightning.envs.exact.exact_return`: an instance brings its own ``max_steps`` and
+``trap_terminal`` (``RiskyGridWorld(trap_terminal=True)``), a name or class the defaults.
 """
 
 from __future__ import annotations
@@ -140,8 +143,9 @@ def episode_report(law: ExactReturn, utility: Utility, rho: Optional[float] = No
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _model_key(env: Env, max_steps: Optional[int], trap_terminal: Optional[bool]) -> _ModelKey:
-    model = _resolve_env(env, max_steps, trap_terminal)
+def _model_key(env: Env) -> _ModelKey:
+    """An instance keeps its own max_steps / trap_terminal; a name or class the defaults."""
+    model = _resolve_env(env, None, None)
     return type(model), model.max_steps, getattr(model, "trap_terminal", None)
 
 
@@ -186,17 +190,13 @@ def action_laws(
     policy: Mapping[Cell, int],
     *,
     gamma: float,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> dict[tuple[Cell, int], ExactReturn]:
     """Z^pi(s, a) for every cell s and action a: the exact law of the discounted return of
     taking a in s (flag clear, the whole time limit ahead) and following ``policy`` after,
     the law the agent's distribution learns (paper, ``EquationDistributionalBellman``)."""
+    model = _model(_model_key(env))
     return {
-        (cell, action): exact_return(
-            env, policy, gamma=gamma, start=cell, first_action=action,
-            max_steps=max_steps, trap_terminal=trap_terminal,
-        )
+        (cell, action): exact_return(model, policy, gamma=gamma, start=cell, first_action=action)
         for cell in CELLS
         for action in range(N_ACTIONS)
     }
@@ -208,8 +208,7 @@ def _action_statistics(
 ) -> ActionStatistics:
     """Cached by policy: a sweep over alpha meets the same few policies again and again, and
     E and R do not depend on alpha."""
-    laws = action_laws(model_key[0], policy_of(key), gamma=gamma, max_steps=model_key[1],
-                       trap_terminal=model_key[2])
+    laws = action_laws(_model(model_key), policy_of(key), gamma=gamma)
     template = _utility_template(risk_key)
     shape = (len(CELLS), N_ACTIONS)
     expectation, risk = np.empty(shape), np.empty(shape)
@@ -239,12 +238,10 @@ def improve(
     utility: Utility,
     *,
     gamma: float,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> dict[Cell, int]:
     """One step of utility-greedy policy improvement: pi'(s) = argmax_a U[Z^pi(s, a)]
     (paper, ``EquationRiskSensitivePolicy``) in every cell; ties keep pi(s)."""
-    model_key = _model_key(env, max_steps, trap_terminal)
+    model_key = _model_key(env)
     key = policy_key(policy)
     stats = _action_statistics(model_key, key, float(gamma), _risk_key(utility))
     return policy_of(_greedy_key(stats, utility, key))
@@ -318,8 +315,6 @@ def per_decision_fixed_point(
     gamma: float,
     initial_policy: Optional[Mapping[Cell, int]] = None,
     rho: Optional[float] = None,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
     max_iterations: int = 100,
 ) -> PerDecisionFixedPoint:
     """The policy the paper's method converges to when it learns the laws exactly:
@@ -332,14 +327,13 @@ def per_decision_fixed_point(
     E, VaR / CVaR at ``rho`` (default: the utility's) and U of the episode from the start
     are given for the undiscounted score S and for the discounted return.
     """
-    model_key = _model_key(env, max_steps, trap_terminal)
+    model_key = _model_key(env)
     key, iterations, cycle = _iterate(
         model_key, utility, float(gamma), _initial_key(initial_policy), max_iterations)
     policy = policy_of(key)
+    model = _model(model_key)
     reports = [
-        episode_report(exact_return(model_key[0], policy, gamma=g, max_steps=model_key[1],
-                                    trap_terminal=model_key[2]), utility, rho)
-        for g in (1.0, gamma)
+        episode_report(exact_return(model, policy, gamma=g), utility, rho) for g in (1.0, gamma)
     ]
     return PerDecisionFixedPoint(
         policy=policy,
@@ -400,8 +394,6 @@ def per_decision_switch_points(
     initial_policy: Optional[Mapping[Cell, int]] = None,
     alphas: Sequence[float] = ALPHA_GRID,
     tolerance: float = 1e-4,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> list[SwitchPoint]:
     """The alphas at which the per-decision fixed point's path from the start changes
     (``utility.alpha`` is ignored; every alpha starts from the same ``initial_policy``, so
@@ -412,7 +404,7 @@ def per_decision_switch_points(
     0.76) iteration from the green path stays green and from RIGHT everywhere goes orange,
     and with CVaR_0.1 near alpha 0.8 it cycles between a green and an orange policy
     (path CYCLE). Sweeps from several initial policies bracket such regions."""
-    model_key = _model_key(env, max_steps, trap_terminal)
+    model_key = _model_key(env)
     initial, risk_key = _initial_key(initial_policy), _risk_key(utility)
 
     def path_at(alpha: float) -> str:
@@ -427,13 +419,12 @@ def per_decision_switch_points(
 
 
 def reachable_policies(
-    env: Env, *, max_steps: Optional[int] = None, trap_terminal: Optional[bool] = None
-) -> list[dict[Cell, int]]:
+    env: Env) -> list[dict[Cell, int]]:
     """Every deterministic policy Markov in the cell, once per behaviour from the start:
     actions are chosen only in cells the policy itself can reach from the start (goals end
     the episode, so they are never decided), the others are RIGHT. Two policies that agree
     on the cells they reach have the same law, so this is the whole search space."""
-    model = _model(_model_key(env, max_steps, trap_terminal))
+    model = _model(_model_key(env))
     found: list[dict[Cell, int]] = []
 
     def undecided_reached(policy: dict[Cell, int]) -> list[Cell]:
@@ -479,13 +470,13 @@ class _StaticTable:
 def _static_table(model_key: _ModelKey, gamma: float, risk_key: tuple) -> _StaticTable:
     """E and R of the episode's return under every policy of :func:`reachable_policies`
     (alpha free: the optimum of any alpha is an argmax over this table)."""
-    policies = reachable_policies(model_key[0], max_steps=model_key[1], trap_terminal=model_key[2])
+    model = _model(model_key)
+    policies = reachable_policies(model)
     template = _utility_template(risk_key)
     expectation, risk = np.empty(len(policies)), np.empty(len(policies))
     outcomes = []
     for i, policy in enumerate(policies):
-        law = exact_return(model_key[0], policy, gamma=gamma, max_steps=model_key[1],
-                           trap_terminal=model_key[2])
+        law = exact_return(model, policy, gamma=gamma)
         expectation[i] = law.mean()
         risk[i] = mixture_risk(law.mixture, template)
         outcomes.append(dict(law.risk_outcome_probs))
@@ -514,8 +505,6 @@ def static_optimum(
     *,
     gamma: float,
     rho: Optional[float] = None,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> StaticOptimum:
     """argmax_pi U[sum_t gamma^t r_t] of the whole episode from the start (gamma = 1: the
     score S), by exhaustive search over deterministic policies Markov in the cell (the
@@ -530,11 +519,10 @@ def static_optimum(
     on it, and the fair comparison to the per-decision policy, which is cell-Markov too.
     Ties go to the first policy found.
     """
-    model_key = _model_key(env, max_steps, trap_terminal)
+    model_key = _model_key(env)
     table = _static_table(model_key, float(gamma), _risk_key(utility))
     policy = policy_of(table.keys[table.best(utility)])
-    law = exact_return(model_key[0], policy, gamma=gamma, max_steps=model_key[1],
-                       trap_terminal=model_key[2])
+    law = exact_return(_model(model_key), policy, gamma=gamma)
     report = episode_report(law, utility, rho)
     return StaticOptimum(policy, report.path, report, len(table.keys))
 
@@ -545,11 +533,9 @@ def static_utility(
     utility: Utility,
     *,
     gamma: float,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> float:
     """U[sum_t gamma^t r_t] of ``policy``'s whole episode from the start, exactly."""
-    law = exact_return(env, policy, gamma=gamma, max_steps=max_steps, trap_terminal=trap_terminal)
+    law = exact_return(env, policy, gamma=gamma)
     return mixture_utility(law.mixture, utility)
 
 
@@ -559,14 +545,11 @@ def static_gap(
     utility: Utility,
     *,
     gamma: float,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> float:
     """How much static utility ``policy`` leaves on the table: U of the cell-Markov static
     optimum minus U of ``policy`` (>= 0 up to float error for a cell-Markov policy)."""
-    flags = {"gamma": gamma, "max_steps": max_steps, "trap_terminal": trap_terminal}
-    return static_optimum(env, utility, **flags).utility - static_utility(
-        env, policy, utility, **flags)
+    optimum = static_optimum(env, utility, gamma=gamma)
+    return optimum.utility - static_utility(env, policy, utility, gamma=gamma)
 
 
 def static_switch_points(
@@ -576,12 +559,9 @@ def static_switch_points(
     gamma: float,
     alphas: Sequence[float] = ALPHA_GRID,
     tolerance: float = 1e-4,
-    max_steps: Optional[int] = None,
-    trap_terminal: Optional[bool] = None,
 ) -> list[SwitchPoint]:
     """The alphas at which the static optimum's path from the start changes."""
-    table = _static_table(_model_key(env, max_steps, trap_terminal), float(gamma),
-                          _risk_key(utility))
+    table = _static_table(_model_key(env), float(gamma), _risk_key(utility))
 
     def path_at(alpha: float) -> str:
         return path_of(table.outcomes[table.best(dataclasses.replace(utility, alpha=alpha))])
