@@ -326,3 +326,11 @@ def test_an_instance_brings_its_flags():
         mixture_utility(exact_return("risky_grid_world", orange, trap_terminal=True).mixture, u))
     assert static_utility(world, orange, u, gamma=1.0) != pytest.approx(
         static_utility("risky_grid_world", orange, u, gamma=1.0))
+
+
+def test_alpha_one_needs_no_risk_level():
+    """At alpha = 1 the utility is E: no rho is needed, and the answer is the expectation's."""
+    for name in ("risky_rewards", "two_stage"):
+        fixed = per_decision_fixed_point(name, Utility(1.0, "var"), gamma=GAMMA)
+        assert fixed.policy == per_decision_fixed_point(name, utility(1.0, "cvar"), gamma=GAMMA).policy
+        assert static_optimum(name, Utility(1.0, "var"), gamma=1.0).path == "orange"
