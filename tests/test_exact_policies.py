@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from rs_lightning.envs import RiskyGridWorld
 from rs_lightning.envs.exact import PAPER_PATHS, GaussianMixture, exact_return
 from rs_lightning.envs.exact_policies import (
     CYCLE,
@@ -118,7 +119,8 @@ def test_two_fixed_points_and_a_cycle_on_risky_transitions():
     u = utility(0.7)
     for path in ("green", "orange"):
         fixed = per_decision_fixed_point(
-            "risky_transitions", u, gamma=GAMMA, initial_policy=PAPER_PATHS["risky_transitions"][path])
+            "risky_transitions", u, gamma=GAMMA,
+            initial_policy=PAPER_PATHS["risky_transitions"][path])
         assert fixed.converged and fixed.path == path
         assert improve("risky_transitions", fixed.policy, u, gamma=GAMMA) == fixed.policy
 
@@ -129,7 +131,8 @@ def test_two_fixed_points_and_a_cycle_on_risky_transitions():
     assert cycling.policy == first
     assert improve("risky_transitions", first, u, gamma=GAMMA) == second
     assert improve("risky_transitions", second, u, gamma=GAMMA) == first
-    paths = {path_of(exact_return("risky_transitions", p).risk_outcome_probs) for p in (first, second)}
+    paths = {path_of(exact_return("risky_transitions", p).risk_outcome_probs)
+             for p in (first, second)}
     assert paths == {"green", "orange"}
 
 
@@ -194,7 +197,8 @@ def test_static_optimum_dominates_the_per_decision_policy(name, gamma):
         best = static_optimum(name, u, gamma=gamma)
         gap = static_gap(name, fixed.policy, u, gamma=gamma)
         assert gap >= -1e-12
-        assert gap == pytest.approx(best.utility - static_utility(name, fixed.policy, u, gamma=gamma))
+        own = static_utility(name, fixed.policy, u, gamma=gamma)
+        assert gap == pytest.approx(best.utility - own)
         if same_law(fixed.policy, best.policy, name, gamma):
             assert gap == pytest.approx(0.0, abs=1e-12)
         else:
@@ -314,8 +318,6 @@ def test_static_switch_points_of_the_paper_worlds(name, risk):
 def test_an_instance_brings_its_flags():
     """RiskyGridWorld(trap_terminal=True) (the paper's text): the trap ends the episode, so
     the orange path's law changes; the fixed point still takes the green path at 0.5."""
-    from rs_lightning.envs import RiskyGridWorld
-
     world = RiskyGridWorld(trap_terminal=True)
     u = utility(0.5)
     fixed = per_decision_fixed_point(world, u, gamma=GAMMA)
@@ -332,5 +334,6 @@ def test_alpha_one_needs_no_risk_level():
     """At alpha = 1 the utility is E: no rho is needed, and the answer is the expectation's."""
     for name in ("risky_rewards", "two_stage"):
         fixed = per_decision_fixed_point(name, Utility(1.0, "var"), gamma=GAMMA)
-        assert fixed.policy == per_decision_fixed_point(name, utility(1.0, "cvar"), gamma=GAMMA).policy
+        with_rho = per_decision_fixed_point(name, utility(1.0, "cvar"), gamma=GAMMA)
+        assert fixed.policy == with_rho.policy
         assert static_optimum(name, Utility(1.0, "var"), gamma=1.0).path == "orange"

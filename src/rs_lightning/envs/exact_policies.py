@@ -61,6 +61,8 @@ CYCLE = "cycle"
 ALPHA_GRID: tuple[float, ...] = tuple(np.round(np.linspace(0.0, 1.0, 1001), 3).tolist())
 # Utilities closer than this are ties: VaR is found by bisection to about 1e-15.
 _TIE = 1e-12
+# Policy iteration gives up after this many improvement steps (it settles in 1 to 6 here).
+MAX_ITERATIONS = 100
 
 # --------------------------------------------------------------------------- utility of a law
 
@@ -122,7 +124,9 @@ def path_of(risk_outcome_probs: Mapping[int, float]) -> str:
     return PATH_NAMES[best]
 
 
-def episode_report(law: ExactReturn, utility: Utility, rho: Optional[float] = None) -> EpisodeReport:
+def episode_report(
+    law: ExactReturn, utility: Utility, rho: Optional[float] = None
+) -> EpisodeReport:
     """E, VaR_rho, CVaR_rho and U of an exact law; ``rho`` defaults to the utility's."""
     rho = utility.params.get("rho", 0.1) if rho is None else rho
     mixture = law.mixture
@@ -313,7 +317,7 @@ def per_decision_fixed_point(
     gamma: float,
     initial_policy: Optional[Mapping[Cell, int]] = None,
     rho: Optional[float] = None,
-    max_iterations: int = 100,
+    max_iterations: int = MAX_ITERATIONS,
 ) -> PerDecisionFixedPoint:
     """The policy the paper's method converges to when it learns the laws exactly:
     pi = argmax_a U[Z^pi(s, a)] in every cell (paper, the equations of U*, Z* and pi* after
@@ -407,7 +411,7 @@ def per_decision_switch_points(
 
     def path_at(alpha: float) -> str:
         key, _, cycle = _iterate(model_key, dataclasses.replace(utility, alpha=alpha),
-                                 float(gamma), initial, 100)
+                                 float(gamma), initial, MAX_ITERATIONS)
         return _settled_path(model_key, float(gamma), risk_key, key, cycle)
 
     return path_switch_points(path_at, alphas, tolerance)
@@ -577,6 +581,7 @@ __all__ = [
     "CYCLE",
     "EpisodeReport",
     "GRID_POINTS",
+    "MAX_ITERATIONS",
     "PATH_NAMES",
     "PerDecisionFixedPoint",
     "StaticOptimum",
