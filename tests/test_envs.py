@@ -20,7 +20,14 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import rs_lightning.envs as envs_pkg
-from rs_lightning.envs import GRID_WORLDS, RiskyGridWorld, RiskyRewards, RiskyTransitions
+from rs_lightning.envs import (
+    GRID_WORLDS,
+    OTHER_GRID_WORLDS,
+    RiskyGridWorld,
+    RiskyRewards,
+    RiskyTransitions,
+    TwoStage,
+)
 
 CELLS = [(x, y) for x in range(3) for y in range(3)]
 RIGHT, DOWN, LEFT, UP = 0, 1, 2, 3
@@ -46,7 +53,25 @@ SPEC = {
         {(1, 2): (((1.0, 1.0),), True), (1, 1): (((0.75, -0.2), (0.25, -2.0)), False)},
         -0.2,
     ),
+    # Not the paper's: the two-stage gamble of envs/grid_worlds.py (issue 21). The wind
+    # blows on moves aimed at the coin cell (1, 1) only (WIND_TARGETS).
+    "two_stage": (
+        TwoStage,
+        0.4,
+        {
+            (0, 2): (((1.0, 0.5),), True),
+            (2, 1): (((1.0, 0.5),), True),
+            (1, 2): (((0.75, 2.0), (0.25, -1.0)), True),
+            (0, 0): (((1.0, -2.0),), False),
+            (0, 1): (((1.0, -2.0),), False),
+            (1, 0): (((1.0, -2.0),), False),
+            (2, 0): (((1.0, -2.0),), False),
+        },
+        -0.1,
+    ),
 }
+WIND_TARGETS = {"two_stage": {(1, 1)}}  # the others: every cell
+ALL_WORLDS = {**GRID_WORLDS, **OTHER_GRID_WORLDS}
 
 
 def clamp(x, y):
@@ -58,6 +83,8 @@ def spec_branches(name, cell, action):
     _, wind, _, _ = SPEC[name]
     dx, dy = MOVES[action]
     target = clamp(cell[0] + dx, cell[1] + dy)
+    if target not in WIND_TARGETS.get(name, {target}):
+        wind = 0.0
     pushed = clamp(target[0] - 1, target[1])
     branches = {target: 1.0 - wind}
     branches[pushed] = branches.get(pushed, 0.0) + wind
@@ -82,10 +109,10 @@ def run(env, actions):
 # --------------------------------------------------------------------------- registration
 
 
-@pytest.mark.parametrize("name", sorted(GRID_WORLDS))
+@pytest.mark.parametrize("name", sorted(ALL_WORLDS))
 def test_check_env_passes_without_warnings(name):
     for kwargs in ({}, {"timeout_is_terminal": False, "max_steps": 3}, {"render_mode": "ansi"}):
-        env = gym.make(GRID_WORLDS[name], **kwargs)
+        env = gym.make(ALL_WORLDS[name], **kwargs)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             check_env(env.unwrapped)
@@ -102,7 +129,8 @@ def test_registration_ids_kwargs_and_reimport():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         importlib.reload(envs_pkg)
-    for env_id in GRID_WORLDS.values():
+    assert OTHER_GRID_WORLDS == {"two_stage": "rs_lightning/TwoStage-v0"}
+    for env_id in ALL_WORLDS.values():
         assert gym.spec(env_id).max_episode_steps is None  # the env owns its time limit
     env = gym.make(GRID_WORLDS["risky_grid_world"], max_steps=7, trap_terminal=True,
                    timeout_is_terminal=False)
@@ -286,6 +314,25 @@ def test_risk_outcome_risky_rewards():
     assert final_info(env, [LEFT, UP, UP], 0)["risk_outcome"] == 1
     assert final_info(env, [RIGHT, UP, UP], 0)["risk_outcome"] == -1
     assert final_info(env, [UP, UP] + [DOWN] * 8, 0)["risk_outcome"] == 0
+
+
+def test_risk_outcome_two_stage():
+    env = TwoStage()
+    # The coin: UP from the start lands on (1, 1) or, pushed by the wind, on (0, 1).
+    assert {o.next_cell: o.probability for o in env.outcomes((1, 0), UP)} == pytest.approx({
+        (1, 1): 0.6, (0, 1): 0.4})
+    outcomes = set()
+    for seed in range(40):  # both sides of the coin with prob. 1 - 2^-39
+        env.reset(seed=seed)
+        (_, _, _, _, info), = run(env, [UP])
+        second = RIGHT if info["cell"] == (1, 1) else UP  # a safe goal either way
+        info = run(env, [second])[-1][4]
+        assert info["cell"] in {(2, 1), (0, 2)} and info["risk_outcome"] == 1
+        env.reset(options={"cell": (1, 1)})
+        info = run(env, [UP])[-1][4]
+        outcomes.add(info["risk_outcome"])
+    assert outcomes == {-1}
+    assert final_info(env, [DOWN] * 10, 0)["risk_outcome"] == 0
 
 
 def test_risk_outcome_risky_transitions():

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from rs_lightning.envs import GRID_WORLDS, RiskyGridWorld, RiskyRewards, RiskyTransitions
+from rs_lightning.envs import (
+    GRID_WORLDS,
+    RiskyGridWorld,
+    RiskyRewards,
+    RiskyTransitions,
+    TwoStage,
+)
 from rs_lightning.envs.exact import PAPER_PATHS, GaussianMixture, exact_return
 
 RHO, ALPHA = 0.1, 0.5
@@ -110,6 +116,22 @@ def test_arbitrary_policies_and_flags_match_monte_carlo(name, kwargs, digits):
     assert exact.mixture.weights.sum() == pytest.approx(1.0)
     assert sum(exact.risk_outcome_probs.values()) == pytest.approx(1.0)
     returns, outcomes = monte_carlo(env, policy, 5000, seed=zlib.crc32(digits.encode()))
+    assert_matches_monte_carlo(exact, returns, outcomes)
+
+
+@pytest.mark.parametrize(
+    "digits",
+    [
+        "330330300",  # UP at the start, UP from (0, 1) to a safe goal, UP from the coin cell
+        "330300300",  # the same but RIGHT from the coin cell to the other safe goal
+        "011333003",  # the coin tried again and again from (0, 1): penalties, timeouts
+    ],
+)
+def test_two_stage_matches_monte_carlo(digits):
+    """The two-stage gamble (not the paper's): the coin, the penalty, the risky goal."""
+    policy = wandering_policy(digits)
+    exact = exact_return("two_stage", policy)
+    returns, outcomes = monte_carlo(TwoStage(), policy, 8000, seed=zlib.crc32(digits.encode()))
     assert_matches_monte_carlo(exact, returns, outcomes)
 
 

@@ -21,15 +21,17 @@ import numpy as np
 import torch
 
 from rs_lightning.envs.exact import GaussianMixture, exact_return
+# The utility of an exact law lives in the core layer, beside the exact reference policies.
+from rs_lightning.envs.exact_policies import (
+    GRID_POINTS,
+    TAIL_SIGMAS,
+    mixture_as_distribution,  # noqa: F401 (re-exported: callers import it from here)
+)
+from rs_lightning.envs.exact_policies import mixture_utility as exact_utility
 from rs_lightning.envs.grid_worlds import START, Cell
-from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_cdf
+from rs_lightning.risk import ReturnDistribution, Utility
 
 BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
-
-# Risk measures with a closed form on a Gaussian mixture; others go through a fine CDF grid.
-_CLOSED_FORM_RISKS = ("var", "cvar", "expectation")
-_GRID_POINTS = 4001
-_TAIL_SIGMAS = 8.0
 
 
 def greedy_cells(policy: BatchPolicy, size: int) -> dict[Cell, int]:
@@ -42,25 +44,6 @@ def greedy_cells(policy: BatchPolicy, size: int) -> dict[Cell, int]:
 def _env_flags(env_config) -> dict[str, Any]:
     kwargs = dict(env_config.kwargs or {})
     return {"max_steps": kwargs.get("max_steps"), "trap_terminal": kwargs.get("trap_terminal")}
-
-
-def mixture_as_distribution(mixture: GaussianMixture, points: int = _GRID_POINTS) -> ReturnDistribution:
-    """A Gaussian mixture as the common discrete form, through its CDF on a fine grid that
-    covers every component to ``_TAIL_SIGMAS`` standard deviations."""
-    lo = float(np.min(mixture.means - _TAIL_SIGMAS * mixture.stds))
-    hi = float(np.max(mixture.means + _TAIL_SIGMAS * mixture.stds))
-    grid = np.linspace(lo, hi, points)
-    return from_cdf(torch.from_numpy(grid), torch.from_numpy(np.asarray(mixture.cdf(grid))))
-
-
-def exact_utility(mixture: GaussianMixture, utility: Utility) -> float:
-    """U = alpha E + (1 - alpha) R of a mixture: closed form for VaR / CVaR / E, else the
-    run's own risk function applied to the mixture on a fine grid."""
-    rho = utility.params.get("rho")
-    if utility.risk in _CLOSED_FORM_RISKS:
-        risk = mixture.mean() if utility.risk == "expectation" else mixture.risk(rho, utility.risk)
-        return combine_utility(utility.alpha, mixture.mean(), risk)
-    return float(utility(mixture_as_distribution(mixture)))
 
 
 def exact_policy_metrics(
@@ -116,15 +99,15 @@ def wasserstein_1(cdf_a: np.ndarray, cdf_b: np.ndarray, z: np.ndarray) -> float:
 
 
 def distribution_distances(
-    learned: ReturnDistribution, laws: list[GaussianMixture], points: int = _GRID_POINTS
+    learned: ReturnDistribution, laws: list[GaussianMixture], points: int = GRID_POINTS
 ) -> list[float]:
     """W1 between each action's learned law ``learned.select(a)`` (shape ``[A, K]``) and
     its exact law ``laws[a]``, on a grid covering both."""
     distances = []
     for a, law in enumerate(laws):
         dist = learned.select(a)
-        lo = min(float(dist.values.min()), float(np.min(law.means - _TAIL_SIGMAS * law.stds)))
-        hi = max(float(dist.values.max()), float(np.max(law.means + _TAIL_SIGMAS * law.stds)))
+        lo = min(float(dist.values.min()), float(np.min(law.means - TAIL_SIGMAS * law.stds)))
+        hi = max(float(dist.values.max()), float(np.max(law.means + TAIL_SIGMAS * law.stds)))
         z = np.linspace(lo, hi, points)
         distances.append(wasserstein_1(cdf_on(dist, z), np.asarray(law.cdf(z)), z))
     return distances

@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.envs import GRID_WORLDS, OTHER_GRID_WORLDS
 from rs_lightning.envs.grid_worlds import (
     CELLS,
     DOWN,
@@ -34,6 +34,7 @@ from rs_lightning.envs.grid_worlds import (
     RiskyGridWorld,
     RiskyRewards,
     RiskyTransitions,
+    TwoStage,
 )
 from rs_lightning.risk import combine_utility
 
@@ -43,8 +44,10 @@ _CLASSES: dict[str, type[GridWorld]] = {
     "risky_rewards": RiskyRewards,
     "risky_transitions": RiskyTransitions,
     "risky_grid_world": RiskyGridWorld,
+    "two_stage": TwoStage,
 }
-_CLASSES.update({GRID_WORLDS[name]: cls for name, cls in list(_CLASSES.items())})
+_IDS = {**GRID_WORLDS, **OTHER_GRID_WORLDS}
+_CLASSES.update({_IDS[name]: cls for name, cls in list(_CLASSES.items())})
 
 # Branches whose accumulated means agree to this many decimals are the same component:
 # the means are sums of decimals like -0.1, which float addition makes order-dependent.

@@ -70,6 +70,8 @@ class GridWorld(gym.Env):
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     wind_prob: ClassVar[float] = 0.0
+    # The wind blows only on moves that target one of these cells (None: on every move).
+    wind_targets: ClassVar[Optional[frozenset[Cell]]] = None
     step_reward: ClassVar[float] = 0.0
     goals: ClassVar[dict[Cell, tuple[RewardComponents, int]]] = {}
 
@@ -139,8 +141,10 @@ class GridWorld(gym.Env):
         dx, dy = _MOVES[action]
         target = _clamp(cell[0] + dx, cell[1] + dy)
         pushed = _clamp(target[0] - 1, target[1])
+        windy = self.wind_targets is None or target in self.wind_targets
+        wind = self.wind_prob if windy else 0.0
         branches: dict[Cell, float] = {}
-        for prob, nxt in ((1.0 - self.wind_prob, target), (self.wind_prob, pushed)):
+        for prob, nxt in ((1.0 - wind, target), (wind, pushed)):
             if prob > 0.0:
                 branches[nxt] = branches.get(nxt, 0.0) + prob
         result = []
@@ -321,6 +325,48 @@ class RiskyGridWorld(GridWorld):
         return "\n".join(lines)
 
 
+class TwoStage(GridWorld):
+    """A two-stage gamble where the paper's per-decision criterion and the static objective
+    U[S] of the whole episode disagree (issue 21; not from the paper)::
+
+        y=2   safe goal (0, 2)   risky goal (1, 2)   .
+        y=1   penalty (0, 1)     coin (1, 1)         safe goal (2, 1)
+        y=0   penalty (0, 0)     start (1, 0)        penalty (2, 0)
+
+    Stage one: UP from the start aims at the coin cell (1, 1) (lucky); with probability
+    0.4 the wind (which blows on moves aimed at the coin cell only) pushes the agent into
+    the penalty cell (0, 1) instead, N(-2) (unlucky). The whole bottom row pays that
+    penalty when entered (the start on a return to it, DOWN included), so the gamble is
+    the way out and waiting for the timeout is no option. Stage two: from
+    the coin cell, RIGHT reaches the safe goal (2, 1), N(+0.5), and UP the risky goal
+    (1, 2), N(+2) with probability 0.75 or N(-1) with 0.25; from the penalty cell (0, 1),
+    UP reaches the safe goal (0, 2), N(+0.5). Other steps: N(-0.1). R_s: +1 at a safe goal
+    (green), -1 at the risky goal (orange), 0 at the timeout.
+
+    Why they disagree: the lowest tenth of the episode's return S lies in the unlucky 40 %
+    (about -1.5), below the risky goal's loss after a lucky stage one (about -1.1), so for
+    U[S] with rho = 0.1 the risky goal after the coin costs no VaR / CVaR and adds
+    expectation. The per-decision criterion judges Z(coin, a) alone, whose own 10 % tail is
+    that loss, and takes the safe goal (see tests/test_exact_policies.py for the numbers).
+    """
+
+    wind_prob = 0.4
+    wind_targets = frozenset({(1, 1)})
+    step_reward = -0.1
+    goals = {
+        (0, 2): (((1.0, 0.5),), +1),
+        (2, 1): (((1.0, 0.5),), +1),
+        (1, 2): (((0.75, 2.0), (0.25, -1.0)), -1),
+    }
+    penalty_cells: ClassVar[frozenset[Cell]] = frozenset({(0, 0), (0, 1), (1, 0), (2, 0)})
+    penalty_reward: ClassVar[RewardComponents] = ((1.0, -2.0),)
+
+    def cell_rule(self, cell: Cell) -> tuple[RewardComponents, bool]:
+        if cell in self.penalty_cells:
+            return self.penalty_reward, False
+        return super().cell_rule(cell)
+
+
 __all__ = [
     "ACTION_NAMES",
     "CELLS",
@@ -335,5 +381,6 @@ __all__ = [
     "RiskyRewards",
     "RiskyTransitions",
     "START",
+    "TwoStage",
     "UP",
 ]
