@@ -25,6 +25,8 @@ the difference in steps, so start-up costs cancel. Cases:
   them; the step time is that of the slower one, the throughput two runs' worth);
 - ``compiled_<agent>``: ``hardware.compile=true`` (torch.compile of the loss and of the
   return distribution; compile time cancels in the difference of the two runs);
+- ``<case>@base`` with ``--baseline DIR``: the case on another source tree (its own
+  benchmark worker and package), measured in the same rounds: before and after a change;
 - ``flops``: the FLOPs of one RS-UMDQN-C update and of one DQN update (torch's
   FlopCounterMode: matrix products), their FLOP/s alone and with 8 stacked members, and the FLOP/s of a 1024 x 1024 float32
   matrix product on this machine (the practical ceiling).
@@ -300,14 +302,24 @@ def worker(case: str, steps: int, threads: int) -> None:
     print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
 
 
-def measure(case: str, steps: int, threads: int, copies: int = 1) -> dict:
+BASELINE = "@base"  # a case name ending so runs the case on the --baseline source tree
+
+
+def measure(case: str, steps: int, threads: int, copies: int = 1,
+            baseline: Path | None = None) -> dict:
     """Run ``case`` in ``copies`` worker processes started together (2: side by side, as
-    ``hydra/launcher=joblib`` with ``n_jobs=2``); the slowest one's result."""
+    ``hydra/launcher=joblib`` with ``n_jobs=2``); the slowest one's result. A case ending in
+    ``@base`` runs that source tree's own benchmark worker on its own package."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
-    command = [sys.executable, __file__, "--worker", case, "--steps", str(steps),
+    root, script = ROOT, __file__
+    if case.endswith(BASELINE):
+        root, case = baseline, case.removesuffix(BASELINE)
+        script = str(root / "benchmarks" / "speed.py")
+        env["PYTHONPATH"] = str(root / "src")
+    command = [sys.executable, script, "--worker", case, "--steps", str(steps),
                "--threads", str(threads)]
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env, cwd=ROOT) for _ in range(copies)]
+                                  text=True, env=env, cwd=root) for _ in range(copies)]
     results = []
     for process in processes:
         out, err = process.communicate()
@@ -317,12 +329,12 @@ def measure(case: str, steps: int, threads: int, copies: int = 1) -> dict:
     return max(results, key=lambda r: r["seconds"])
 
 
-def measure_case(case: str, steps: int, threads: int) -> dict:
+def measure_case(case: str, steps: int, threads: int, baseline: Path | None = None) -> dict:
     if case.startswith("side_by_side_"):
         return measure("lightning_" + case.removeprefix("side_by_side_"), steps, threads, copies=2)
     if case.endswith("_2threads"):
         return measure(case.removesuffix("_2threads"), steps, 2)
-    return measure(case, steps, threads)
+    return measure(case, steps, threads, baseline=baseline)
 
 
 def available_cases() -> list[str]:
@@ -343,6 +355,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds (every case once per round; medians over rounds)")
     parser.add_argument("--cases", nargs="*", help="subset of cases (default: all)")
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument("--baseline", type=Path,
+                        help="another source tree (e.g. a git worktree of an earlier commit): "
+                             "cases named <case>@base run there, in the same rounds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -364,8 +379,8 @@ def main() -> None:
     for round_ in range(args.repeats):
         for case in cases:
             low, high = CLI_STEPS if case == "cli_dqn" else (SHORT, LONG)
-            short = measure_case(case, low, args.threads)
-            long = measure_case(case, high, args.threads)
+            short = measure_case(case, low, args.threads, args.baseline)
+            long = measure_case(case, high, args.threads, args.baseline)
             samples[case].append((long["seconds"] - short["seconds"]) / (high - low))
             peak[case] = max(peak.get(case, 0.0), long["peak_mb"])
             print(f"  round {round_ + 1}: {case:<24} {samples[case][-1] * 1e3:8.3f} ms/step",
@@ -406,6 +421,11 @@ def main() -> None:
             values = per_round(a, b)
             verdict = "met" if statistics.median(values) <= target else "MISSED"
             lines.append(f"| {a} / {b} | {show(values)} | <= {target}x ({verdict}) |")
+    for case in cases:
+        if case.endswith(BASELINE) and case.removesuffix(BASELINE) in per_step:
+            now = case.removesuffix(BASELINE)
+            lines.append(f"| {now} / {case} (this tree / {args.baseline}) | "
+                         f"{show(per_round(now, case))} | |")
     for case in cases:
         single = "lightning_" + case.removeprefix("compiled_")
         if case.startswith("compiled_") and single in per_step:
