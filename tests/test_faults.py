@@ -130,6 +130,23 @@ def test_skip_drops_the_bad_update_and_counts_it(compose, tmp_path):
     assert "train/skipped_updates" in metrics.splitlines()[0]
 
 
+@pytest.mark.parametrize("agent", ["dqn", "iqn"])  # stacked and looped members
+def test_fault_injection_reaches_every_member(compose, tmp_path, agent):
+    """One engine for every K: a NaN loss at update 130 of a two-seed run stops it, naming
+    the seeds, and a skip leaves both members' Adam one step behind."""
+    overrides = [*QUICK_DQN, f"agent={agent}", "parallel_seeds=2", "logger=none",
+                 "trainer.max_steps=150", "fault_injection.nan_loss_at_step=130"]
+    with pytest.raises(NumericalFault) as fault:
+        run(compose(overrides), run_dir=tmp_path / "stop")
+    assert fault.value.step == 130 and str(fault.value).startswith("non-finite loss of seed 0, 1")
+    summary = run(compose([*overrides, "learning.on_non_finite=skip"]), run_dir=tmp_path / "skip")
+    assert sorted(summary["members"]) == ["0", "1"]
+    for seed in (0, 1):
+        state = torch.load(tmp_path / "skip" / f"seed_{seed}" / "checkpoints" / "last.ckpt",
+                           weights_only=True)
+        assert all(s["step"] == 149 for s in state["optimizer_states"][0]["state"].values())
+
+
 def test_nan_parameters_stop_the_run_even_when_skipping(compose, tmp_path):
     cfg = compose([*QUICK_DQN, "logger=none", "learning.on_non_finite=skip",
                    "fault_injection.nan_parameters_at_step=130"])

@@ -203,7 +203,7 @@ def test_reward_scale_is_applied_for_learning_and_returns_stay_unscaled():
     collector = one_member_collector(env_section(id="CartPole-v1"), copies=1, capacity=600,
                                      reward_scale=0.01)
     while not collector.ended_returns[0]:
-        collector.step(lambda obs, step: torch.zeros(obs.shape[:2], dtype=torch.long))
+        collector.step(lambda obs, step: np.zeros(obs.shape[:2], dtype=np.int64))
     steps = collector.env_steps
     assert torch.allclose(collector.replay.reward[0, :steps], torch.full((steps,), 0.01))
     assert collector.ended_returns == [[float(steps)]]
@@ -299,7 +299,7 @@ def test_env_copies_store_each_copy_with_its_own_final_state():
 
     def policy(obs, step):  # up, up, ...
         seen_steps.append(step)
-        return torch.zeros(obs.shape[:2], dtype=torch.long)
+        return np.zeros(obs.shape[:2], dtype=np.int64)
 
     for _ in range(5):
         assert collector.step(policy) == 3
@@ -318,7 +318,7 @@ def test_env_copies_store_each_copy_with_its_own_final_state():
 def test_env_copies_make_one_update_per_environment_step():
     collector = one_member_collector(env_section(id="CartPole-v1"), copies=4, capacity=1000)
     stream = iter(ExperienceStream(
-        collector, lambda obs, step: torch.full(obs.shape[:2], step % 2), batch_size=8,
+        collector, lambda obs, step: np.full(obs.shape[:2], step % 2), batch_size=8,
         warmup_steps=10))
     batches = [next(stream) for _ in range(9)]
     # Warm-up: 3 steps of the copies (12 transitions); updates then follow transition 11, 12, ...
@@ -336,9 +336,9 @@ def test_copies_act_as_one_environment_row_by_row(compose):
     _, row_module = build(settings)
     _, batch_module = build(settings)
     batch_module.load_state_dict(row_module.state_dict())
-    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(1, 6, 4)), dtype=torch.float32)
+    obs = np.random.default_rng(0).normal(size=(1, 6, 4)).astype(np.float32)
     for start in (0, 6, 12, 40):
-        rows = [int(row_module.explore(obs[:, i:i + 1], start + i)) for i in range(6)]
+        rows = [int(row_module.explore(obs[:, i:i + 1], start + i)[0, 0]) for i in range(6)]
         assert batch_module.explore(obs, start)[0].tolist() == rows
     assert batch_module.epsilon == row_module.epsilon
 

@@ -78,13 +78,12 @@ def run_episodes(
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
-        actions = policy(copies.obs()).reshape(-1)
+        actions = policy(torch.from_numpy(copies.obs())).numpy().reshape(-1)
         step = copies.step(actions)
-        reward = step.reward.numpy()
-        returns[episode_of[active]] += reward[active]
-        ended = np.flatnonzero(step.ended.numpy() & active)
+        returns[episode_of[active]] += step.reward[active]
+        ended = np.flatnonzero(step.ended & active)
         if ended.size:
-            outcome = step.risk_outcome.numpy()
+            outcome = step.risk_outcome
             restart, restart_seeds = [], []
             for j in ended:
                 episode = episode_of[j]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
-from torch import Tensor
 
 from rs_lightning.types import Transitions
 
@@ -42,36 +42,43 @@ class ReplayMemory:
         self.size = 0
         self.position = 0
         self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-        self._rows = torch.arange(members).unsqueeze(1)
+        self._arrays = {name: getattr(self, name).numpy() for name in FIELDS}  # shared memory
+        # Every member's rows one after the other, [K * capacity, ...] (views: no copy).
+        self._rows = [getattr(self, name).view(members * capacity, *getattr(self, name).shape[2:])
+                      for name in FIELDS]
 
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor,
-            terminated: Tensor) -> None:
-        """Store N transitions of every member: fields ``[K, N, ...]`` (copy i of member k
-        at row i of k), written in the order of i, one write per field."""
+    def add(self, obs, action, reward, next_obs, terminated) -> None:
+        """Store N transitions of every member: fields ``[K, N, ...]`` (NumPy arrays or
+        tensors; copy i of member k at row i of k), written in the order of i, one write per
+        field."""
         n = action.shape[1]
         if n > self.capacity:
             raise ValueError(f"{n} transitions at once do not fit a replay capacity of "
                              f"{self.capacity}")
-        index = (self.position + torch.arange(n)) % self.capacity if n > 1 else self.position
+        index = (self.position + np.arange(n)) % self.capacity if n > 1 else self.position
         for name, value in zip(FIELDS, (obs, action, reward, next_obs, terminated)):
-            storage = getattr(self, name)
-            if n > 1:
-                storage[:, index] = value.to(storage.dtype)
-            else:
-                storage[:, index] = value[:, 0].to(storage.dtype)
+            # Through NumPy views of the storage: a small write costs a fraction of torch's.
+            self._arrays[name][:, index] = np.asarray(value if n > 1 else value[:, 0])
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` transitions of every member, uniformly from its own memory ->
         fields ``[K, batch_size, ...]``."""
-        index = torch.stack([torch.randint(self.size, (batch_size,), generator=generator)
-                             for generator in self.generators])
-        rows = self._rows
-        return Transitions(*(getattr(self, name)[rows, index] for name in FIELDS))
+        # One flat index into the members' rows: index_select is the cheapest gather.
+        index = torch.randint(self.size, (batch_size,), generator=self.generators[0])
+        if self.members > 1:
+            index = torch.cat([index] + [
+                torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
+                for k, generator in enumerate(self.generators[1:], start=1)
+            ])
+        return Transitions(*(
+            rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
+            for rows in self._rows
+        ))
 
     def state_dict(self, members: Sequence[int] | None = None) -> dict[str, Any]:
         """The filled rows and the generators; ``members`` selects some members' memories

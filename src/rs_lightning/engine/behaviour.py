@@ -12,8 +12,6 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-import torch
-from torch import Tensor
 
 
 def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
@@ -29,7 +27,8 @@ def exploration_rate(env_step: int, start: float, end: float, decay: float, sche
 
 class EpsilonGreedy:
     """Epsilon-greedy actions ``[K, N]`` for the observations ``[K, N, ...]`` of K members'
-    N copies (module docstring). ``learning`` holds the schedule (``epsilon_*`` keys)."""
+    N copies (NumPy arrays; module docstring). ``learning`` holds the schedule
+    (``epsilon_*`` keys)."""
 
     def __init__(self, seeds: list[int], n_actions: int, learning) -> None:
         self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
@@ -42,7 +41,8 @@ class EpsilonGreedy:
         return exploration_rate(env_step, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_decay,
                                 cfg.epsilon_schedule)
 
-    def __call__(self, obs: Tensor, env_step: int, greedy: Callable[[Tensor], Tensor]) -> Tensor:
+    def __call__(self, obs: np.ndarray, env_step: int,
+                 greedy: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """``greedy(obs[K, N, ...]) -> [K, N]`` is called once, if any copy acts greedily."""
         copies = obs.shape[1]
         rates = [self.rate(env_step + i) for i in range(copies)]
@@ -58,9 +58,9 @@ class EpsilonGreedy:
                     row.append(-1)
                     any_greedy = True
             chosen.append(row)
-        actions = torch.tensor(chosen)
+        actions = np.array(chosen, dtype=np.int64)
         if any_greedy:
-            actions = torch.where(actions < 0, greedy(obs).cpu(), actions)
+            actions = np.where(actions < 0, greedy(obs), actions)
         return actions
 
     def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch import Tensor
 from torch.utils.data import IterableDataset
 
 from rs_lightning.envs.copies import EnvCopies, make_copies
@@ -30,8 +30,8 @@ from rs_lightning.envs.factory import env_problem
 from rs_lightning.replay import ReplayMemory
 from rs_lightning.types import Transitions
 
-# (observations [K, N, ...], environment steps before them) -> actions [K, N]
-Policy = Callable[[Tensor, int], Tensor]
+# (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays)
+Policy = Callable[[np.ndarray, int], np.ndarray]
 
 
 class ExperienceBatch(NamedTuple):
@@ -46,11 +46,11 @@ class ExperienceBatch(NamedTuple):
 
 def learning_reward(reward, scale: float, clip: float | None):
     """The reward the learner stores: scaled, then clipped to [-clip, clip]. ``reward`` is a
-    float, or a tensor of several copies' rewards (clipped elementwise)."""
+    float, or an array of several copies' rewards (clipped elementwise)."""
     reward = reward * scale
     if clip is not None:
-        if isinstance(reward, torch.Tensor):
-            reward = reward.clamp(-clip, clip)
+        if isinstance(reward, np.ndarray):
+            reward = np.minimum(np.maximum(reward, -clip), clip)  # np.clip costs more when small
         else:
             reward = min(max(reward, -clip), clip)
     return reward
@@ -81,7 +81,7 @@ class Collector:
         self.env_steps = 0  # transitions of each member so far
         self.pending_updates = 0  # transitions collected that no update has matched yet
         self.episodes = [0] * members
-        self.episode_returns = torch.zeros(len(copies), dtype=torch.float64)
+        self.episode_returns = np.zeros(len(copies))
         self.ended_returns: list[list[float]] = [[] for _ in range(members)]
         self.ended_outcomes: list[list[float]] = [[] for _ in range(members)]
 
@@ -89,22 +89,22 @@ class Collector:
         """One step of every copy; returns the transitions each member collected (N)."""
         shape = (self.members, self.copies_per_member)
         obs = self.copies.obs()
-        grouped = obs.view(*shape, *obs.shape[1:])
+        grouped = obs.reshape(*shape, *obs.shape[1:])
         actions = policy(grouped, self.env_steps)
         step = self.copies.step(actions.reshape(-1))
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
-        self.replay.add(grouped, actions, learnt.float().view(shape),
-                        step.next_obs.view(*shape, *obs.shape[1:]),
-                        step.terminated.float().view(shape))
+        self.replay.add(grouped, actions, learnt.reshape(shape),
+                        step.next_obs.reshape(*shape, *obs.shape[1:]),
+                        step.terminated.reshape(shape))
         self.episode_returns += step.reward
-        if bool(step.ended.any()):
-            for j in step.ended.nonzero().flatten().tolist():
+        if step.ended.any():
+            for j in np.flatnonzero(step.ended).tolist():
                 member = j // self.copies_per_member
                 self.ended_returns[member].append(float(self.episode_returns[j]))
                 self.ended_outcomes[member].append(float(step.risk_outcome[j]))
                 self.episodes[member] += 1
-            self.episode_returns.masked_fill_(step.ended, 0.0)
+            self.episode_returns[step.ended] = 0.0
         self.env_steps += self.copies_per_member
         return self.copies_per_member
 
@@ -130,7 +130,7 @@ class Collector:
             "env_steps": self.env_steps,
             "pending_updates": self.pending_updates,
             "episodes": [self.episodes[k] for k in chosen],
-            "episode_returns": self.episode_returns[copies].clone(),
+            "episode_returns": torch.from_numpy(self.episode_returns[copies]),
             "ended_returns": [list(self.ended_returns[k]) for k in chosen],
             "ended_outcomes": [list(self.ended_outcomes[k]) for k in chosen],
             "copies": self.copies.state_dict(copies),
@@ -143,7 +143,7 @@ class Collector:
         self.env_steps = state["env_steps"]
         self.pending_updates = state["pending_updates"]
         self.episodes = list(state["episodes"])
-        self.episode_returns = state["episode_returns"].clone()
+        self.episode_returns = state["episode_returns"].numpy().copy()
         self.ended_returns = [list(r) for r in state["ended_returns"]]
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
         self.copies.load_state_dict(state["copies"])

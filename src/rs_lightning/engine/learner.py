@@ -145,12 +145,13 @@ class QLearning(pl.LightningModule):
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
-    def explore(self, obs: Tensor, env_step: int) -> Tensor:
+    def explore(self, obs: np.ndarray, env_step: int) -> np.ndarray:
         """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``."""
         return self.behaviour(obs, env_step, self._greedy_members)
 
-    def _greedy_members(self, obs: Tensor) -> Tensor:
-        return self.agent.greedy_action(obs.to(self.device, torch.float32), self.utility.greedy)
+    def _greedy_members(self, obs: np.ndarray) -> np.ndarray:
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        return self.agent.greedy_action(obs_t, self.utility.greedy).cpu().numpy()
 
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the utility (evaluation)."""

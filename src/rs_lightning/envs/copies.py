@@ -26,8 +26,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
-from torch import Tensor
-
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unwrapped_grid_world
 
@@ -35,10 +33,10 @@ from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unw
 class EnvCopies(Protocol):
     def __len__(self) -> int: ...
 
-    def obs(self) -> Tensor:
+    def obs(self) -> np.ndarray:
         """The copies' current observations ``[M, ...]`` (float32)."""
 
-    def step(self, actions: Tensor) -> CopiesStep:
+    def step(self, actions: np.ndarray) -> CopiesStep:
         """One step of every copy; ``next_obs`` is the state each step reached (before the
         restart of an ended episode)."""
 
@@ -79,17 +77,17 @@ class GymCopies:
         for g, env in enumerate(self.groups):
             chunk = seeds[g * self.group_size:(g + 1) * self.group_size]
             observations.append(env.reset(seed=[int(s) for s in chunk])[0])
-        self._obs = torch.as_tensor(np.concatenate(observations), dtype=torch.float32)
+        self._obs = np.concatenate(observations).astype(np.float32)
 
     def __len__(self) -> int:
         return len(self.groups) * self.group_size
 
-    def obs(self) -> Tensor:
+    def obs(self) -> np.ndarray:
         return self._obs
 
-    def step(self, actions: Tensor) -> CopiesStep:
+    def step(self, actions: np.ndarray) -> CopiesStep:
         parts = []
-        actions = actions.cpu().numpy().reshape(len(self.groups), self.group_size)
+        actions = np.asarray(actions).reshape(len(self.groups), self.group_size)
         for env, group_actions in zip(self.groups, actions):
             next_obs, reward, terminated, truncated, info = env.step(group_actions)
             ended = np.logical_or(terminated, truncated)
@@ -100,12 +98,9 @@ class GymCopies:
                 reached[i] = info["final_obs"][i]
             parts.append((next_obs, reached, reward, terminated, ended, _risk_outcomes(info, ended)))
         current, reached, reward, terminated, ended, outcome = (np.concatenate(p) for p in zip(*parts))
-        self._obs = torch.as_tensor(np.asarray(current, dtype=np.float32))
-        return CopiesStep(
-            torch.as_tensor(reached), torch.as_tensor(reward, dtype=torch.float64),
-            torch.as_tensor(terminated, dtype=torch.bool), torch.as_tensor(ended),
-            torch.as_tensor(outcome),
-        )
+        self._obs = np.asarray(current, dtype=np.float32)
+        return CopiesStep(reached, reward.astype(np.float64), terminated.astype(bool), ended,
+                          outcome)
 
     def reseed(self, indices: list[int], seeds: list[int]) -> None:
         size = self.group_size
@@ -118,8 +113,8 @@ class GymCopies:
                     group_seeds[j % size] = int(seed)
             if mask.any():
                 obs, _ = env.reset(seed=group_seeds, options={"reset_mask": mask})
-                rows = torch.as_tensor(np.flatnonzero(mask) + g * size)
-                self._obs[rows] = torch.as_tensor(np.asarray(obs, dtype=np.float32))[mask]
+                rows = np.flatnonzero(mask) + g * size
+                self._obs[rows] = np.asarray(obs, dtype=np.float32)[mask]
 
     def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]:
         """Whole groups only (``indices`` must cover whole groups): the environments are
@@ -130,14 +125,14 @@ class GymCopies:
         if len(chosen) != len(groups) * size:
             raise ValueError("GymCopies.state_dict takes whole groups of copies")
         return {"groups": [pickle.dumps(self.groups[g]) for g in groups],
-                "obs": self._obs[chosen].clone()}
+                "obs": torch.from_numpy(self._obs[chosen])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state["groups"]) != len(self.groups):
             raise ValueError(f"the checkpoint holds {len(state['groups'])} groups of environment "
                              f"copies, this run {len(self.groups)}")
         self.groups = [pickle.loads(data) for data in state["groups"]]
-        self._obs = state["obs"].clone()
+        self._obs = state["obs"].numpy().copy()
 
 
 def make_copies(env_config, seeds: list[int], groups: int = 1) -> EnvCopies:

@@ -20,19 +20,19 @@ from typing import NamedTuple, Optional
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import Tensor
 
 from rs_lightning.envs.grid_worlds import CELLS, GRID_SIZE, REWARD_STD, START, GridWorld
 
 
 class CopiesStep(NamedTuple):
-    """One step of K copies; ``next_obs`` is the state the step reached (before a reset)."""
+    """One step of M copies (NumPy arrays: a few copies step faster without torch's per-call
+    cost); ``next_obs`` is the state the step reached (before a reset)."""
 
-    next_obs: Tensor  # [K, 2] float32
-    reward: Tensor  # [K] float64, the environment's reward
-    terminated: Tensor  # [K] bool
-    ended: Tensor  # [K] bool: terminated or truncated; the copy starts a new episode
-    risk_outcome: Tensor  # [K] float64: R_s of an ended episode (meaningless elsewhere)
+    next_obs: np.ndarray  # [M, ...] float32
+    reward: np.ndarray  # [M] float64, the environment's reward
+    terminated: np.ndarray  # [M] bool
+    ended: np.ndarray  # [M] bool: terminated or truncated; the copy starts a new episode
+    risk_outcome: np.ndarray  # [M] float64: R_s of an ended episode (NaN or meaningless elsewhere)
 
 
 def _cell_index(cell) -> int:
@@ -75,9 +75,9 @@ class GridWorldCopies:
         self.max_steps = first.max_steps
         self.timeout_is_terminal = first.timeout_is_terminal
         self._compile(first)
-        self.cell = torch.tensor([_cell_index(w.cell) for w in worlds])
-        self.steps = torch.tensor([w.steps for w in worlds])
-        self.flag = torch.tensor([w.shortcut_flag for w in worlds])
+        self.cell = np.array([_cell_index(w.cell) for w in worlds], dtype=np.int64)
+        self.steps = np.array([w.steps for w in worlds], dtype=np.int64)
+        self.flag = np.array([w.shortcut_flag for w in worlds], dtype=bool)
 
     def _compile(self, world: GridWorld) -> None:
         """The world's sampler as padded tables ``[keys, branches]`` (see
@@ -85,11 +85,11 @@ class GridWorldCopies:
         sampler = world._sampler
         width = max(len(entries) for entries in sampler)
         shape = (len(sampler), width)
-        self.cumulative = torch.full(shape, float("inf"), dtype=torch.float64)
-        self.next_cell = torch.zeros(shape, dtype=torch.long)
-        self.mean = torch.zeros(shape, dtype=torch.float64)
-        self.terminal = torch.zeros(shape, dtype=torch.bool)
-        self.new_flag = torch.zeros(shape, dtype=torch.bool)
+        self.cumulative = np.full(shape, np.inf)
+        self.next_cell = np.zeros(shape, dtype=np.int64)
+        self.mean = np.zeros(shape)
+        self.terminal = np.zeros(shape, dtype=bool)
+        self.new_flag = np.zeros(shape, dtype=bool)
         for key, entries in enumerate(sampler):
             for j, (cumulative, cell, mean, terminal, flag) in enumerate(entries):
                 self.cumulative[key, j] = cumulative
@@ -97,11 +97,11 @@ class GridWorldCopies:
                 self.mean[key, j] = mean
                 self.terminal[key, j] = terminal
                 self.new_flag[key, j] = flag
-        self.observations = torch.zeros(len(CELLS), 2)
-        outcome = torch.zeros(len(CELLS), 2, 2, dtype=torch.float64)  # [cell, terminal, flag]
+        self.observations = np.zeros((len(CELLS), 2), dtype=np.float32)
+        outcome = np.zeros((len(CELLS), 2, 2))  # [cell, terminal, flag]
         for cell in CELLS:
             index = _cell_index(cell)
-            self.observations[index] = torch.tensor(cell, dtype=torch.float32)
+            self.observations[index] = cell
             for terminal in (False, True):
                 for flag in (False, True):
                     outcome[index, int(terminal), int(flag)] = world.risk_outcome(cell, terminal, flag)
@@ -111,16 +111,14 @@ class GridWorldCopies:
     def __len__(self) -> int:
         return len(self.worlds)
 
-    def obs(self) -> Tensor:
-        """The copies' current observations ``[K, 2]``."""
+    def obs(self) -> np.ndarray:
+        """The copies' current observations ``[M, 2]``."""
         return self.observations[self.cell]
 
-    def step(self, actions: Tensor) -> CopiesStep:
-        """Take ``actions[K]`` in every copy; an ended episode restarts at the start cell."""
-        draws = torch.tensor(
-            [(rng.random(), rng.standard_normal()) for rng in self.generators], dtype=torch.float64
-        )
-        key = (self.cell * 4 + actions) * 2 + self.flag  # [K]
+    def step(self, actions) -> CopiesStep:
+        """Take ``actions[M]`` in every copy; an ended episode restarts at the start cell."""
+        draws = np.array([(rng.random(), rng.standard_normal()) for rng in self.generators])
+        key = (self.cell * 4 + np.asarray(actions)) * 2 + self.flag  # [M]
         # The first branch whose cumulative probability exceeds the uniform.
         branch = (self.cumulative[key] <= draws[:, :1]).sum(1)
         cell = self.next_cell[key, branch]
@@ -130,11 +128,11 @@ class GridWorldCopies:
         steps = self.steps + 1
         timeout = steps >= self.max_steps
         ended = terminal | timeout
-        outcome = self.outcome[cell, terminal.long(), flag.long()]
+        outcome = self.outcome[cell, terminal.astype(np.int64), flag.astype(np.int64)]
         terminated = terminal | (timeout & self.timeout_is_terminal)
         next_obs = self.observations[cell]
-        self.cell = torch.where(ended, self.start, cell)
-        self.steps = torch.where(ended, 0, steps)
+        self.cell = np.where(ended, self.start, cell)
+        self.steps = np.where(ended, 0, steps)
         self.flag = flag & ~ended
         return CopiesStep(next_obs, reward, terminated, ended, outcome)
 
@@ -145,7 +143,7 @@ class GridWorldCopies:
             world = self.worlds[j]
             world.reset(seed=int(seed))
             self.generators[j] = world.np_random
-        index = torch.as_tensor(indices, dtype=torch.long)
+        index = np.asarray(indices, dtype=np.int64)
         self.cell[index] = self.start
         self.steps[index] = 0
         self.flag[index] = False
@@ -154,10 +152,10 @@ class GridWorldCopies:
         """The copies' cells, step counts, flags and generator states (tensors and numbers);
         ``indices`` selects some copies."""
         chosen = list(range(len(self.worlds))) if indices is None else list(indices)
-        return {
-            "cell": self.cell[chosen].clone(),
-            "steps": self.steps[chosen].clone(),
-            "flag": self.flag[chosen].clone(),
+        return {  # tensors: a checkpoint loads them with weights_only
+            "cell": torch.from_numpy(self.cell[chosen]),
+            "steps": torch.from_numpy(self.steps[chosen]),
+            "flag": torch.from_numpy(self.flag[chosen]),
             "generators": [self.generators[j].bit_generator.state for j in chosen],
         }
 
@@ -165,9 +163,9 @@ class GridWorldCopies:
         if len(state["generators"]) != len(self.worlds):
             raise ValueError(f"the checkpoint holds {len(state['generators'])} environment "
                              f"copies, this run {len(self.worlds)}")
-        self.cell = state["cell"].clone()
-        self.steps = state["steps"].clone()
-        self.flag = state["flag"].clone()
+        self.cell = state["cell"].numpy().copy()
+        self.steps = state["steps"].numpy().copy()
+        self.flag = state["flag"].numpy().copy()
         for generator, generator_state in zip(self.generators, state["generators"]):
             generator.bit_generator.state = generator_state
 
