@@ -80,10 +80,10 @@ def test_tensor_copies_step_as_gymnasiums_vector_api(name, compose):
     from rs_lightning.schema import validate
 
     env = validate(compose([f"env={name}"])).train.env
-    seeds = [11, 12, 13, 14]
+    seeds = [11, 12, 13, 14, 15, 16]
     tensors, vector = make_copies(env, seeds), GymCopies(env, seeds, groups=2)
     assert isinstance(tensors, GridWorldCopies)
-    actions = np.random.default_rng(1).integers(4, size=(600, 4))
+    actions = np.random.default_rng(1).integers(4, size=(600, 6))
     for t, step_actions in enumerate(actions):
         a, b = tensors.step(step_actions), vector.step(step_actions)
         for field in a._fields:
@@ -98,6 +98,6 @@ def test_tensor_copies_step_as_gymnasiums_vector_api(name, compose):
             buffer = io.BytesIO()
             torch.save(tensors.state_dict(), buffer)
             buffer.seek(0)
-            restored = make_copies(env, [0, 0, 0, 0])
+            restored = make_copies(env, [0] * 6)
             restored.load_state_dict(torch.load(buffer, weights_only=True))
             tensors = restored

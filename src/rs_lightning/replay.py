@@ -43,6 +43,7 @@ class ReplayMemory:
         self.position = 0
         self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
         self._arrays = {name: getattr(self, name).numpy() for name in FIELDS}  # shared memory
+        self._storage = [getattr(self, name) for name in FIELDS]
         # Every member's rows one after the other, [K * capacity, ...] (views: no copy).
         self._rows = [getattr(self, name).view(members * capacity, *getattr(self, name).shape[2:])
                       for name in FIELDS]
@@ -68,13 +69,14 @@ class ReplayMemory:
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` transitions of every member, uniformly from its own memory ->
         fields ``[K, batch_size, ...]``."""
-        # One flat index into the members' rows: index_select is the cheapest gather.
         index = torch.randint(self.size, (batch_size,), generator=self.generators[0])
-        if self.members > 1:
-            index = torch.cat([index] + [
-                torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
-                for k, generator in enumerate(self.generators[1:], start=1)
-            ])
+        if self.members == 1:  # one gather per field, [1, B, ...]
+            return Transitions(*(storage[:, index] for storage in self._storage))
+        # One flat index into the members' rows: index_select is the cheapest gather.
+        index = torch.cat([index] + [
+            torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
+            for k, generator in enumerate(self.generators[1:], start=1)
+        ])
         return Transitions(*(
             rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
             for rows in self._rows

@@ -47,20 +47,17 @@ class EpsilonGreedy:
         copies = obs.shape[1]
         rates = [self.rate(env_step + i) for i in range(copies)]
         self.epsilon = rates[-1]
-        chosen: list[list[int]] = []
-        any_greedy = False
-        for generator in self.generators:
-            row = []
-            for epsilon in rates:
+        explored: list[tuple[int, int, int]] = []  # (member, copy, random action)
+        for k, generator in enumerate(self.generators):
+            for i, epsilon in enumerate(rates):
                 if generator.random() < epsilon:
-                    row.append(int(generator.integers(self.n_actions)))
-                else:
-                    row.append(-1)
-                    any_greedy = True
-            chosen.append(row)
-        actions = np.array(chosen, dtype=np.int64)
-        if any_greedy:
-            actions = np.where(actions < 0, greedy(obs), actions)
+                    explored.append((k, i, int(generator.integers(self.n_actions))))
+        if len(explored) == obs.shape[0] * copies:  # nobody acts greedily: no forward pass
+            actions = np.empty(obs.shape[:2], dtype=np.int64)
+        else:
+            actions = np.array(greedy(obs), dtype=np.int64, copy=True)
+        for k, i, action in explored:
+            actions[k, i] = action
         return actions
 
     def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:

@@ -109,6 +109,9 @@ class Collector:
         return self.copies_per_member
 
     def pop_ended_episodes(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
+        if not any(self.ended_returns):  # most steps end no episode
+            empty = ((),) * self.members
+            return empty, empty
         returns = tuple(tuple(r) for r in self.ended_returns)
         outcomes = tuple(tuple(o) for o in self.ended_outcomes)
         for books in (*self.ended_returns, *self.ended_outcomes):

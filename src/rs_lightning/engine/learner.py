@@ -150,8 +150,10 @@ class QLearning(pl.LightningModule):
         return self.behaviour(obs, env_step, self._greedy_members)
 
     def _greedy_members(self, obs: np.ndarray) -> np.ndarray:
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        return self.agent.greedy_action(obs_t, self.utility.greedy).cpu().numpy()
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        if self._on_gpu:
+            return self.agent.greedy_action(obs_t.to(self.device), self.utility.greedy).cpu().numpy()
+        return self.agent.greedy_action(obs_t, self.utility.greedy).numpy()
 
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the utility (evaluation)."""
@@ -160,6 +162,10 @@ class QLearning(pl.LightningModule):
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
         self.clock.start()
+
+    @property
+    def _on_gpu(self) -> bool:
+        return self.device.type != "cpu"
 
     def on_fit_start(self) -> None:
         # On one device without a gradient scaler, Lightning's manual_backward only adds hook

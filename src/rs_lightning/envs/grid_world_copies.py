@@ -35,6 +35,10 @@ class CopiesStep(NamedTuple):
     risk_outcome: np.ndarray  # [M] float64: R_s of an ended episode (NaN or meaningless elsewhere)
 
 
+# Up to this many copies step one by one in Python (:meth:`GridWorldCopies._step_few`).
+_FEW = 4
+
+
 def _cell_index(cell) -> int:
     return int(cell[0]) * GRID_SIZE + int(cell[1])
 
@@ -117,6 +121,8 @@ class GridWorldCopies:
 
     def step(self, actions) -> CopiesStep:
         """Take ``actions[M]`` in every copy; an ended episode restarts at the start cell."""
+        if len(self.worlds) <= _FEW:
+            return self._step_few(actions)
         draws = np.array([(rng.random(), rng.standard_normal()) for rng in self.generators])
         key = (self.cell * 4 + np.asarray(actions)) * 2 + self.flag  # [M]
         # The first branch whose cumulative probability exceeds the uniform.
@@ -135,6 +141,32 @@ class GridWorldCopies:
         self.steps = np.where(ended, 0, steps)
         self.flag = flag & ~ended
         return CopiesStep(next_obs, reward, terminated, ended, outcome)
+
+    def _step_few(self, actions) -> CopiesStep:
+        """:meth:`step` for a few copies, copy by copy in Python: below ~8 copies NumPy's
+        per-call cost exceeds the arithmetic (the same tables, draws and results)."""
+        rows = []
+        for j, (rng, action) in enumerate(zip(self.generators, np.asarray(actions).tolist())):
+            cell, flag, steps = int(self.cell[j]), bool(self.flag[j]), int(self.steps[j]) + 1
+            key = (cell * 4 + action) * 2 + flag
+            u = rng.random()
+            cumulative = self.cumulative[key]
+            branch = 0
+            while cumulative[branch] <= u:
+                branch += 1
+            next_cell = int(self.next_cell[key, branch])
+            terminal, new_flag = bool(self.terminal[key, branch]), bool(self.new_flag[key, branch])
+            reward = float(self.mean[key, branch]) + REWARD_STD * rng.standard_normal()
+            timeout = steps >= self.max_steps
+            ended = terminal or timeout
+            rows.append((next_cell, reward, terminal or (timeout and self.timeout_is_terminal),
+                         ended, float(self.outcome[next_cell, int(terminal), int(new_flag)])))
+            self.cell[j] = self.start if ended else next_cell
+            self.steps[j] = 0 if ended else steps
+            self.flag[j] = new_flag and not ended
+        cells, reward, terminated, ended, outcome = zip(*rows)
+        return CopiesStep(self.observations[list(cells)], np.array(reward), np.array(terminated),
+                          np.array(ended), np.array(outcome))
 
     def reseed(self, indices: list[int], seeds: list[int]) -> None:
         """Start a new episode in copies ``indices``, each reset with its seed (its generator
