@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rs_lightning.agents import AGENTS
@@ -34,7 +36,6 @@ UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks")
 # ----------------------------------------------------------------------------- where
 def run_directory() -> Path:
     """Hydra's output directory for this job, or the working directory outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
@@ -42,15 +43,12 @@ def run_directory() -> Path:
 
 
 def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def output_key() -> str:
     """The config key that chose this job's folder, for error messages."""
-    from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return "run_dir"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
@@ -112,7 +113,6 @@ def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
     stop = CheckpointOnSigterm(checkpoint_dir / "last.ckpt")
     if train.trainer.checkpoint_every_n_steps <= 0:
         return [stop]
-    from pytorch_lightning.callbacks import ModelCheckpoint
 
     return [stop, ModelCheckpoint(
         dirpath=checkpoint_dir,

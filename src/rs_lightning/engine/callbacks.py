@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from tqdm.auto import tqdm
 
 
@@ -21,7 +22,6 @@ class CheckpointOnSigterm(pl.Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        from pytorch_lightning.utilities.exceptions import SIGTERMException
 
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)

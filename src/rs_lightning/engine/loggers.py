@@ -7,13 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from pytorch_lightning.loggers import CSVLogger, WandbLogger
+
 from rs_lightning.schema import ValidatedConfig
 from rs_lightning.wandb_support import wandb_online_problem
 
 
 def _sweep_group() -> str | None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         return Path(HydraConfig.get().sweep.dir).name
@@ -30,10 +32,8 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
     if cfg.backend == "none":
         return []
     if cfg.backend == "csv":
-        from pytorch_lightning.loggers import CSVLogger
 
         return [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
-    from pytorch_lightning.loggers import WandbLogger
 
     os.environ.setdefault("WANDB_SILENT", "true")
     train = settings.train
