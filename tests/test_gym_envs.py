@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np

@@ -27,6 +27,7 @@ from rs_lightning.engine.checkpoints import (
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.schema import ValidatedConfig, validate
+from rs_lightning.types import Problem
 
 FAILED = "failed.json"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
@@ -91,19 +92,21 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     written.
     """
     settings = validate(cfg)
-    env_problem(settings.train.env)  # the environment can be made, with spaces we support
-    start_step = checkpoint_start(settings) if settings.train.ckpt_path is not None else 0
+    # The environment can be made, with spaces we support (and its problem fits a checkpoint).
+    problem = env_problem(settings.train.env)
+    start_step = checkpoint_start(settings, problem) if settings.train.ckpt_path is not None else 0
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
     return settings, start_step
 
 
-def checkpoint_start(settings: ValidatedConfig) -> int:
+def checkpoint_start(settings: ValidatedConfig, problem: Problem | None = None) -> int:
     """The update ``train.ckpt_path`` resumes from, after checking that it fits the run
     (ConfigError otherwise)."""
     train = settings.train
     state = read_checkpoint(train.ckpt_path)
-    members = make_members([AGENTS[settings.agent.name][0](settings.agent, env_problem(train.env))
+    problem = problem or env_problem(train.env)
+    members = make_members([AGENTS[settings.agent.name][0](settings.agent, problem)
                             for _ in range(train.parallel_seeds)])
     check_compatible(state, train.ckpt_path, settings.agent.name, members, train.env.id,
                      num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds)

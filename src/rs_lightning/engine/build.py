@@ -14,7 +14,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.agents.members import Members, make_members
+from rs_lightning.agents.members import Members, StackedMembers, make_members
 from rs_lightning.engine.callbacks import CheckpointOnSigterm
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
 from rs_lightning.engine.learner import QLearning
@@ -163,7 +163,7 @@ def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
     # Adam's state follows the order of parameters(): member k's parameters are those of an
     # ordinary agent in the same order, a slice of each stacked parameter or, looped, the
     # k-th run of them.
-    stacked = type(module.agent).__name__ == "StackedMembers"
+    stacked = isinstance(module.agent, StackedMembers)
     count = len(list(module.agent.member_agent(k).parameters()))
     first = 0 if stacked else k * count
     optimizers = []

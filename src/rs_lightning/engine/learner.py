@@ -322,7 +322,6 @@ class QLearning(pl.LightningModule):
             "agent_class": type(self.agent.networks()[0]).__name__,
             "agent": self.agent.config.name,
             "seeds": [self.seeds[k] for k in chosen],
-            "stacked": len(chosen) > 1 and type(self.agent).__name__ == "StackedMembers",
             "skipped_updates": self.skipped_updates,
             "train_seconds": self.clock.seconds(),
         }
