@@ -98,8 +98,8 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
         member = tmp_path / "stacked" / f"seed_{seed}"
         assert json.loads((member / "eval.json").read_text()) == single
         assert (member / "policy.json").read_text() == (tmp_path / f"single{seed}" / "policy.json").read_text()
-        a = torch.load(member / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-        b = torch.load(tmp_path / f"single{seed}" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+        a = torch.load(member / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        b = torch.load(tmp_path / f"single{seed}" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
         assert a.keys() == b.keys()
         # Within one Adam step (lr 1e-4) of each other: batched products round differently
         # and Adam's normalised steps carry that to the weights; a wrong gradient moves them
@@ -123,9 +123,9 @@ def test_seeds_on_a_gymnasium_preset_match_their_sequential_runs(compose, tmp_pa
         single = run(compose([*overrides, "seed=1"]), run_dir=tmp_path / f"{env}_single")
         assert stacked["members"]["1"] == single
         a = torch.load(tmp_path / f"{env}_stacked" / "seed_1" / "checkpoints" / "last.ckpt",
-                       weights_only=False)["state_dict"]
+                       weights_only=True)["state_dict"]
         b = torch.load(tmp_path / f"{env}_single" / "checkpoints" / "last.ckpt",
-                       weights_only=False)["state_dict"]
+                       weights_only=True)["state_dict"]
         assert max(float((a[key] - b[key]).abs().max()) for key in a) < 1e-4
 
 

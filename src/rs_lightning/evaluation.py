@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rs_lightning.envs.copies import make_copies
+from rs_lightning.errors import ConfigError
 from rs_lightning.files import write_json_atomic
 from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells
 from rs_lightning.risk import (
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for run_dir in args.run_dirs:
         try:
             run = load_run(run_dir)
-        except FileNotFoundError as error:
+        except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
             print(f"error: {run_dir}: {error}", file=sys.stderr)
             status = 2
             continue

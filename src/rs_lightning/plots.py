@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from rs_lightning.errors import ConfigError
 from rs_lightning.files import read_jsonl, run_files
 from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
 from rs_lightning.results import (
@@ -267,7 +268,7 @@ def _distributions_command(args) -> int:
 
     try:
         run = load_run(args.run_dir)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
         print(f"error: {error}", file=sys.stderr)
         return 2
     cell = tuple(int(v) for v in args.cell.split(","))
@@ -286,7 +287,7 @@ def _curves_command(args) -> int:
     out = args.out or args.sweep_dir / "learning_curves.png"
     try:
         seeds = plot_learning_curves(args.sweep_dir, out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
         print(f"error: {error}", file=sys.stderr)
         return 2
     for env, per_agent in seeds.items():

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from rs_lightning.engine.build import build
-from rs_lightning.engine.checkpoints import DATAMODULE
+from rs_lightning.engine.checkpoints import DATAMODULE, read_checkpoint
 from rs_lightning.engine.learner import MemberPolicy
 from rs_lightning.schema import ValidatedConfig, validate
 
@@ -54,7 +53,7 @@ def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> Traine
             raise FileNotFoundError(f"{run_dir / needed} not found: is this a run folder?")
     settings = validate(with_current_defaults(OmegaConf.load(run_dir / "config.yaml")))
     _, module = build(settings)
-    state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=True)
+    state = read_checkpoint(run_dir / checkpoint, "checkpoint")
     module.load_state_dict(state["state_dict"])
     module.eval()
     datamodule_state = state.get(DATAMODULE)

@@ -50,6 +50,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     Lightning writes checkpoints in place, so a kill mid-write leaves a truncated
     ``last.ckpt`` where a good one was; here the old file stays until the new one is whole.
+    It reads them with ``weights_only=True`` always (a checkpoint from elsewhere cannot
+    run code).
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
@@ -57,6 +59,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         with atomic_write(path, "wb") as f:
             torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
+        # Checkpoints are data: never unpickle objects, whatever a caller asks.
+        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
 
 def build_members(settings: ValidatedConfig, problem: Problem, seeds: list[int]) -> Members:

@@ -5,12 +5,20 @@ checkpoints (a killed job run again), from the newest readable one there. Before
 trained or written, the checkpoint is read and compared with the run's config, so that a
 corrupt or truncated file, or one of another agent or network size, is one clear error
 instead of a traceback from deep inside Lightning.
+
+Checkpoints are data, never code: every load here and in Lightning (through
+:class:`~rs_lightning.engine.build.AtomicCheckpointIO`) uses ``weights_only=True``, which
+refuses any object but tensors, numbers, strings and their containers, and a checkpoint that
+carries raw bytes (how a pickled object would hide inside one) is refused before anything
+reads it further.
 """
 
 from __future__ import annotations
 
+import pickle
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,11 @@ LAST = "last.ckpt"
 DATAMODULE = "ExperienceDataModule"
 
 
+class UnsafeCheckpoint(ConfigError):
+    """A checkpoint holding objects or raw bytes: not damage a kill could do, so a run folder
+    holding one is refused rather than skipped."""
+
+
 def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
     """The checkpoint's content; ConfigError if it is missing, unreadable or not ours."""
     path = Path(path)
@@ -31,7 +44,17 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
         what = "a folder, not a checkpoint file" if path.is_dir() else "no checkpoint file there"
         raise ConfigError(key, f"{path}: {what}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of pickle protocols it then refuses
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        # weights_only refuses every object but tensors, numbers, strings and containers.
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        what = f" ({found.group(1)})" if found else ""
+        raise UnsafeCheckpoint(
+            key, f"{path} holds objects other than tensors, numbers and strings{what}; refused "
+            "unread, since loading them could run code"
+        ) from None
     except Exception as error:  # torch raises several types for bad bytes
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
@@ -39,7 +62,31 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
         ) from None
     if not isinstance(state, dict) or "state_dict" not in state or "rs_lightning" not in state:
         raise ConfigError(key, f"{path} is not a checkpoint of an rs_lightning run")
+    raw = _raw_bytes(state)
+    if raw is not None:
+        raise UnsafeCheckpoint(
+            key, f"{path} holds raw bytes at {raw} (a pickled object, or a checkpoint of an "
+            "earlier version); rs_lightning checkpoints hold only tensors, numbers and strings"
+        )
     return state
+
+
+def _raw_bytes(node: Any, where: str = "") -> str | None:
+    """Where ``node`` holds bytes (None if nowhere): nothing of ours stores any, and bytes
+    are how an object pickled inside a checkpoint would travel."""
+    if isinstance(node, (bytes, bytearray)):
+        return where or "the top level"
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = enumerate(node)
+    else:
+        return None
+    for name, value in items:
+        found = _raw_bytes(value, f"{where}.{name}" if where else str(name))
+        if found is not None:
+            return found
+    return None
 
 
 def checkpoint_agent(state: dict[str, Any]) -> str:
@@ -119,7 +166,8 @@ def newest_checkpoint(run_dir: Path | str) -> tuple[Path, int] | None:
     """The readable checkpoint of ``run_dir/checkpoints`` with the most updates, and its step.
 
     Unreadable files (which atomic writes should never leave, but a full disk or a copy
-    could) are skipped with a warning.
+    could) are skipped with a warning; a file holding objects (:class:`UnsafeCheckpoint`)
+    is refused: it was put there, and the folder is not to be trusted.
     """
     folder = Path(run_dir) / CHECKPOINT_FOLDER
     if not folder.is_dir():
@@ -138,7 +186,9 @@ def newest_checkpoint(run_dir: Path | str) -> tuple[Path, int] | None:
         if best is not None and match and int(match.group(1)) <= best[1]:
             continue  # a step file cannot be newer than what was already found
         try:
-            step = checkpoint_step(read_checkpoint(path))
+            step = checkpoint_step(read_checkpoint(path, "checkpoint"))
+        except UnsafeCheckpoint:
+            raise
         except ConfigError as error:
             print(f"warning: ignoring {error.message}", file=sys.stderr)
             continue

@@ -149,7 +149,8 @@ class Collector:
         self.episode_returns = state["episode_returns"].numpy().copy()
         self.ended_returns = [list(r) for r in state["ended_returns"]]
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
-        self.copies.load_state_dict(state["copies"])
+        if self.copies.load_state_dict(state["copies"]):
+            self.episode_returns[:] = 0.0  # the episodes in progress restarted
         self.replay.load_state_dict(state["replay"])
 
 

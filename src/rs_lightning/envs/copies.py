@@ -4,7 +4,8 @@ and the episodes an evaluation plays side by side.
 Both kinds give the same interface (:class:`EnvCopies`): ``obs()`` of every copy, ``step``
 with one action per copy (an ended episode restarts at once, unseeded, as gymnasium's
 same-step autoreset does), ``reseed`` to restart chosen copies with given seeds, and a
-state of tensors and numbers for checkpoints.
+state of tensors, numbers and strings for checkpoints (never pickled objects: a checkpoint
+from elsewhere must not be able to run code when it is loaded).
 
 - :class:`~rs_lightning.envs.grid_world_copies.GridWorldCopies`: the paper's grid worlds as
   tensors (one table lookup for all copies);
@@ -14,12 +15,20 @@ state of tensors and numbers for checkpoints.
 
 Copy j is seeded ``seeds[j]`` and draws only from its own generator, so it produces exactly
 the transitions its environment would produce stepped alone.
+
+A resume is exact wherever the environment's state is plain data
+(:mod:`rs_lightning.envs.plain_state`: the grid worlds, cliff walking, FrozenLake, CartPole
+and the other classic-control environments). An environment holding anything else (Box2D's
+LunarLander holds a physics world) cannot be stored that way: its checkpoint holds no
+environment state, and a resumed run restarts the episodes that were in progress, each copy
+reset with a seed drawn from its own seed and the step count (so a resume is reproducible,
+though not the same as the uninterrupted run); it says so on stderr.
 """
 
 from __future__ import annotations
 
 import functools
-import pickle
+import sys
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -27,6 +36,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from rs_lightning.envs.factory import make_env
+from rs_lightning.envs.plain_state import UncapturableState, capture_state, restore_state
+from rs_lightning.errors import ConfigError
 from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unwrapped_grid_world
 
 
@@ -45,11 +56,12 @@ class EnvCopies(Protocol):
 
     def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore a state; True if the episodes in progress were restarted instead
+        (an environment whose state could not be stored)."""
 
 
 def _vector_env(env_config, copies: int) -> gym.vector.SyncVectorEnv:
-    # A partial of a module-level function (not a lambda): the vector env pickles whole.
     make_copy = functools.partial(make_env, env_config)
     return gym.vector.SyncVectorEnv([make_copy] * copies, autoreset_mode=AutoresetMode.SAME_STEP)
 
@@ -71,12 +83,15 @@ class GymCopies:
     def __init__(self, env_config, seeds: list[int], groups: int = 1) -> None:
         if len(seeds) % groups:
             raise ValueError(f"{len(seeds)} copies do not split into {groups} groups")
+        self.env_id = env_config.id
+        self.seeds = [int(s) for s in seeds]
+        self.steps = 0  # steps of the copies so far: with the seeds, a restart's seeds
         self.group_size = len(seeds) // groups
         self.groups = [_vector_env(env_config, self.group_size) for _ in range(groups)]
         observations = []
         for g, env in enumerate(self.groups):
-            chunk = seeds[g * self.group_size:(g + 1) * self.group_size]
-            observations.append(env.reset(seed=[int(s) for s in chunk])[0])
+            chunk = self.seeds[g * self.group_size:(g + 1) * self.group_size]
+            observations.append(env.reset(seed=chunk)[0])
         self._obs = np.concatenate(observations).astype(np.float32)
 
     def __len__(self) -> int:
@@ -99,6 +114,7 @@ class GymCopies:
             parts.append((next_obs, reached, reward, terminated, ended, _risk_outcomes(info, ended)))
         current, reached, reward, terminated, ended, outcome = (np.concatenate(p) for p in zip(*parts))
         self._obs = np.asarray(current, dtype=np.float32)
+        self.steps += 1
         return CopiesStep(reached, reward.astype(np.float64), terminated.astype(bool), ended,
                           outcome)
 
@@ -117,22 +133,47 @@ class GymCopies:
                 self._obs[rows] = np.asarray(obs, dtype=np.float32)[mask]
 
     def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]:
-        """Whole groups only (``indices`` must cover whole groups): the environments are
-        pickled with their episodes in progress and generators."""
+        """Whole groups only (``indices`` must cover whole groups): every copy's state as
+        plain data, or, for an environment that holds something else, none (a resume
+        restarts its episodes; the reason is kept)."""
         size = self.group_size
         chosen = list(range(len(self))) if indices is None else list(indices)
         groups = sorted({j // size for j in chosen})
         if len(chosen) != len(groups) * size:
             raise ValueError("GymCopies.state_dict takes whole groups of copies")
-        return {"groups": [pickle.dumps(self.groups[g]) for g in groups],
-                "obs": torch.from_numpy(self._obs[chosen])}
+        state: dict[str, Any] = {"steps": self.steps, "obs": torch.from_numpy(self._obs[chosen])}
+        try:
+            state["envs"] = [capture_state(copy) for g in groups for copy in self.groups[g].envs]
+        except UncapturableState as reason:
+            state["uncapturable"] = str(reason)
+        return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["groups"]) != len(self.groups):
-            raise ValueError(f"the checkpoint holds {len(state['groups'])} groups of environment "
-                             f"copies, this run {len(self.groups)}")
-        self.groups = [pickle.loads(data) for data in state["groups"]]
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        if "envs" not in state and "uncapturable" not in state:
+            raise ConfigError("ckpt_path", "the checkpoint's environment state is in a form this "
+                              "version does not load (earlier versions pickled it); start afresh")
+        self.steps = int(state["steps"])
+        if "uncapturable" in state:
+            # Episodes start afresh from seeds drawn from each copy's seed and the step count.
+            restart_seeds = [int(np.random.SeedSequence([seed, self.steps]).generate_state(1)[0])
+                             for seed in self.seeds]
+            self.reseed(list(range(len(self))), restart_seeds)
+            print(f"[rs_lightning] resume of {self.env_id} is not exact: its state cannot be "
+                  f"stored as data ({state['uncapturable']}); the episodes in progress restart",
+                  file=sys.stderr)
+            return True
+        copies = [copy for env in self.groups for copy in env.envs]
+        if len(state["envs"]) != len(copies):
+            raise ConfigError("ckpt_path", f"the checkpoint holds {len(state['envs'])} copies of "
+                              f"the environment, this run {len(copies)}")
+        for copy, record in zip(copies, state["envs"]):
+            try:
+                restore_state(copy, record)
+            except ValueError as error:
+                raise ConfigError("ckpt_path", f"its {self.env_id} state does not fit this "
+                                  f"run's environment ({error})") from None
         self._obs = state["obs"].numpy().copy()
+        return False
 
 
 def make_copies(env_config, seeds: list[int], groups: int = 1) -> EnvCopies:

@@ -191,7 +191,7 @@ class GridWorldCopies:
             "generators": [self.generators[j].bit_generator.state for j in chosen],
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> bool:
         if len(state["generators"]) != len(self.worlds):
             raise ValueError(f"the checkpoint holds {len(state['generators'])} environment "
                              f"copies, this run {len(self.worlds)}")
@@ -200,6 +200,7 @@ class GridWorldCopies:
         self.flag = state["flag"].numpy().copy()
         for generator, generator_state in zip(self.generators, state["generators"]):
             generator.bit_generator.state = generator_state
+        return False  # restored exactly
 
     def write_back(self) -> None:
         """Put the copies' state into their environment objects (which share the generators

@@ -1,0 +1,206 @@
+"""Checkpoints are data, never code: poisoned checkpoints (a pickle in a bytes field, a whole
+file pickled, an object saved by torch) are refused with one line and exit status 2, given as
+``ckpt_path=`` or found in a run folder, and nothing in them runs. Environment copies store
+their state as tensors, numbers and strings and resume exactly from it."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rs_lightning.engine.build import AtomicCheckpointIO
+from rs_lightning.engine.checkpoints import DATAMODULE, UnsafeCheckpoint, read_checkpoint
+from rs_lightning.envs.copies import GymCopies
+from rs_lightning.envs.plain_state import UncapturableState, capture_state
+from rs_lightning.train import run
+from tests.conftest import CONF, ROOT
+
+# A CartPole run (environment copies through gymnasium) that writes a checkpoint at step 40.
+GYM_RUN = ["env=cartpole", "env.num_envs=2", "agent=dqn", "logger=none",
+           "callbacks.progress_bar=false", "trainer.max_steps=60", "learning.warmup_steps=10",
+           "trainer.checkpoint_every_n_steps=40", "evaluation.every_n_steps=0",
+           "evaluation.episodes=5"]
+
+
+class CreatesMarker:
+    """Unpickling this creates a file: the proof that a checkpoint ran code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def contains_bytes(node) -> bool:
+    if isinstance(node, (bytes, bytearray)):
+        return True
+    if isinstance(node, dict):
+        return any(contains_bytes(v) for v in node.values())
+    if isinstance(node, (list, tuple)):
+        return any(contains_bytes(v) for v in node)
+    return False
+
+
+@pytest.fixture(scope="module")
+def gym_run(tmp_path_factory):
+    """(run folder, its config overrides) of a finished CartPole run with checkpoints."""
+    from hydra import compose, initialize_config_dir
+
+    folder = tmp_path_factory.mktemp("gym_run")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=GYM_RUN)
+    run(cfg, run_dir=folder)
+    return folder
+
+
+def poisoned_files(source: Path, marker: Path, folder: Path) -> dict[str, Path]:
+    """Variants of the real checkpoint ``source`` that would create ``marker`` if unpickled."""
+    payload = pickle.dumps(CreatesMarker(marker))
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    state = torch.load(source, weights_only=True)
+    # Where earlier versions kept the pickled environments.
+    state[DATAMODULE]["collector"]["copies"]["groups"] = [payload]
+    files["bytes in the env copies"] = folder / "env_bytes.ckpt"
+    torch.save(state, files["bytes in the env copies"])
+    state = torch.load(source, weights_only=True)
+    state["rs_lightning"]["behaviour"]["epsilon_note"] = payload  # any field at all
+    files["bytes in any field"] = folder / "any_bytes.ckpt"
+    torch.save(state, files["bytes in any field"])
+    files["whole file pickled"] = folder / "whole.ckpt"
+    # Protocol 2, so that the unpickler gets as far as the global it would call.
+    files["whole file pickled"].write_bytes(pickle.dumps(CreatesMarker(marker), protocol=2))
+    state = torch.load(source, weights_only=True)
+    state["extra"] = CreatesMarker(marker)  # torch.save pickles the object into its archive
+    files["an object in torch's archive"] = folder / "object.ckpt"
+    torch.save(state, files["an object in torch's archive"])
+    return files
+
+
+def train_command(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "train.py", *GYM_RUN, f"hydra.run.dir={run_dir}", *overrides],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- the state
+def test_a_checkpoint_holds_no_bytes_and_loads_with_weights_only(gym_run):
+    state = torch.load(gym_run / "checkpoints" / "last.ckpt", weights_only=True)
+    copies = state[DATAMODULE]["collector"]["copies"]
+    assert "envs" in copies and len(copies["envs"]) == 2
+    assert not contains_bytes(state)
+
+
+@pytest.mark.parametrize("preset", ["cartpole", "cliff_walking", "frozen_lake"])
+def test_env_copies_resume_exactly_from_their_plain_state(preset):
+    config = OmegaConf.load(CONF / "env" / f"{preset}.yaml")
+    config.num_envs = 2
+    rng = np.random.default_rng(0)
+    first = GymCopies(config, [3, 4, 5, 6], groups=2)
+    for _ in range(40):
+        first.step(rng.integers(0, 2, 4))
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert not contains_bytes(state)
+    second = GymCopies(config, [3, 4, 5, 6], groups=2)
+    assert second.load_state_dict(state) is False  # restored, not restarted
+    for _ in range(300):  # through several episode ends and resets
+        actions = rng.integers(0, 2, 4)
+        for a, b in zip(first.step(actions), second.step(actions)):
+            np.testing.assert_array_equal(a, b)
+
+
+class HoldsAnObject(gym.Env):
+    """An environment whose state is an object (a Python random generator), not data."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        import random
+
+        self.generator = random.Random(int(self.np_random.integers(1 << 30)))
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        value = np.array([self.generator.random()], np.float32)
+        return value, float(value[0]), False, self.t >= 5, {}
+
+
+def test_an_env_holding_objects_restarts_its_episodes_reproducibly(capsys):
+    gym.register("tests/HoldsAnObject-v0", entry_point=HoldsAnObject)
+    config = OmegaConf.create({"id": "tests/HoldsAnObject-v0", "kwargs": {}})
+    env = gym.make("tests/HoldsAnObject-v0")
+    env.reset(seed=0)
+    with pytest.raises(UncapturableState, match=r"HoldsAnObject\.generator holds a random\.Random"):
+        capture_state(env)
+    copies = GymCopies(config, [7, 8])
+    for _ in range(3):
+        copies.step(np.zeros(2, int))
+    state = copies.state_dict()
+    assert "envs" not in state and "random.Random" in state["uncapturable"]
+    resumed = [GymCopies(config, [7, 8]) for _ in range(2)]
+    assert all(r.load_state_dict(state) for r in resumed)
+    assert "resume of tests/HoldsAnObject-v0 is not exact" in capsys.readouterr().err
+    steps = [r.step(np.zeros(2, int)) for r in resumed]
+    np.testing.assert_array_equal(steps[0].reward, steps[1].reward)  # the same restart seeds
+
+
+# ----------------------------------------------------------------------------- poisoned files
+def test_poisoned_checkpoints_are_refused_unread(gym_run, tmp_path):
+    marker = tmp_path / "marker"
+    for what, path in poisoned_files(gym_run / "checkpoints" / "last.ckpt", marker,
+                                     tmp_path / "files").items():
+        with pytest.raises(UnsafeCheckpoint) as refused:
+            read_checkpoint(path)
+        assert str(path) in str(refused.value), what
+        if what == "whole file pickled":
+            assert "(io.open)" in str(refused.value)  # the global it would have called
+        # Lightning's own loader reads with weights_only=True whatever it is asked.
+        if what != "bytes in any field" and what != "bytes in the env copies":
+            with pytest.raises(pickle.UnpicklingError):
+                AtomicCheckpointIO().load_checkpoint(path, weights_only=False)
+        assert not marker.exists(), what
+
+
+@pytest.mark.parametrize("what", ["bytes in the env copies", "whole file pickled"])
+@pytest.mark.parametrize("how", ["ckpt_path", "in the run folder"])
+def test_a_poisoned_checkpoint_stops_the_command_in_one_line(gym_run, tmp_path, what, how):
+    marker = tmp_path / "marker"
+    poisoned = poisoned_files(gym_run / "checkpoints" / "last.ckpt", marker, tmp_path / "files")[what]
+    run_dir = tmp_path / "run"
+    if how == "ckpt_path":
+        result = train_command(run_dir, f"ckpt_path={poisoned}")
+    else:  # a killed run's folder, its newest checkpoint swapped for the poisoned one
+        shutil.copytree(gym_run, run_dir)
+        (run_dir / "eval.json").unlink()
+        shutil.copy(poisoned, run_dir / "checkpoints" / "last.ckpt")
+        result = train_command(run_dir)
+    line = one_line(result.stderr)
+    assert result.returncode == 2, result.stderr
+    assert line.startswith("Error in config: ") and ("refused" in line or "raw bytes" in line), line
+    assert not marker.exists()
+    assert not (run_dir / "eval.json").exists()
