@@ -22,6 +22,7 @@ from rs_lightning.engine.build import AtomicCheckpointIO
 from rs_lightning.engine.checkpoints import DATAMODULE, UnsafeCheckpoint, read_checkpoint
 from rs_lightning.envs.copies import GymCopies
 from rs_lightning.envs.plain_state import UncapturableState, capture_state
+from rs_lightning.errors import ConfigError
 from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
 
@@ -128,6 +129,16 @@ def test_env_copies_resume_exactly_from_their_plain_state(preset):
         actions = rng.integers(0, 2, 4)
         for a, b in zip(first.step(actions), second.step(actions)):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [("generator", {"bit_generator": "os.system"}), ("nope", 1),
+                                 ("text_array", "O", [1], ["x"]), ("array",), b"bytes"])
+def test_a_hand_edited_env_state_is_refused_in_one_line(bad):
+    config = OmegaConf.load(CONF / "env" / "cartpole.yaml")
+    state = GymCopies(config, [1]).state_dict()
+    state["envs"][0][-1]["attributes"]["state"] = bad  # CartPoleEnv.state
+    with pytest.raises(ConfigError, match="its CartPole-v1 state does not fit"):
+        GymCopies(config, [1]).load_state_dict(state)
 
 
 class HoldsAnObject(gym.Env):

@@ -14,6 +14,7 @@ from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 from rs_lightning.results import write_results
 from rs_lightning.run_folders import (
     check_inputs,
+    check_output_dir_given,
     check_output_folder,
     folder_state,
     sweep_jobs,
@@ -62,15 +63,16 @@ def _stop_on_bad_input(check) -> None:
 class CheckInputs(Callback):
     """Check a run's inputs before Hydra creates or writes its folder.
 
-    Hydra writes ``.hydra/`` and the log file into the run folder before the task starts; a
-    bad value, checkpoint or folder must be reported before that, so that bad input never
-    writes over an existing run. In a multirun, the sweep folder is checked at the start;
-    each job checks its own config (a bad one fails that job only).
+    Hydra creates the run folder before the task starts; a bad value, checkpoint or folder
+    reported here, before that, leaves no empty folder behind. In a multirun, the sweep folder is checked at the start; each job
+    checks its own config (a bad one fails that job only). The job repeats every check
+    itself (rs_lightning.jobs), so a command line without this callback is no less safe.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
 
         def check() -> None:
+            check_output_dir_given(config.hydra.run.dir, "hydra.run.dir")
             task = _task_config(config)
             run_dir = Path(config.hydra.run.dir)
             check_inputs(task, run_dir, "hydra.run.dir")
@@ -81,7 +83,11 @@ class CheckInputs(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
 
-        _stop_on_bad_input(lambda: check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir"))
+        def check() -> None:
+            check_output_dir_given(config.hydra.sweep.dir, "hydra.sweep.dir")
+            check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+        _stop_on_bad_input(check)
 
 
 class SweepSummary(Callback):

@@ -8,9 +8,14 @@ folder:
 - checkpoints there: the job was interrupted; it resumes from the newest readable one.
 - otherwise it starts from scratch (or from ``ckpt_path=``).
 
-A folder holding results of a *different* config is never written into. In a multirun a
-failing job writes ``failed.json`` (error and traceback) into its folder and the sweep goes on;
-a single run prints one line and exits non-zero (2: bad input, 3: a numerical fault).
+A folder holding results of a *different* config is never written into, and one process
+writes into a folder at a time (:class:`~rs_lightning.run_folders.RunFolderLock`): a second
+one stops at once, naming the first. Every check runs here, in the job, whatever Hydra
+callbacks are configured. In a multirun a failing job writes ``failed.json`` (error and
+traceback) into its folder and the sweep goes on, except that a job folder it may not write
+into stops the sweep with one line (exit status 2) and gets no ``failed.json``, and a job
+another process is running is skipped; a single run prints one line and exits non-zero
+(2: bad input, 3: a numerical fault).
 
 This module imports neither Lightning nor W&B, so bad input is reported within seconds.
 """
@@ -31,7 +36,18 @@ from rs_lightning.errors import (
 )
 from rs_lightning.files import write_json_atomic
 from rs_lightning.run_folders import (
-    FAILED, check_inputs, folder_state, in_multirun, output_key, resuming_from, run_directory,
+    FAILED,
+    FolderInUse,
+    FolderRefused,
+    RunFolderLock,
+    check_inputs,
+    check_job_folder,
+    folder_state,
+    in_multirun,
+    output_key,
+    record_hydra_config,
+    resuming_from,
+    run_directory,
 )
 
 
@@ -41,14 +57,19 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
 
     Single run: bad input exits 2 and a numerical fault 3, each with one line on stderr. In a
     multirun every failure is written to the job's ``failed.json`` and the sweep goes on (the
-    sweep's summary lists the failures and its exit status is non-zero).
+    sweep's summary lists the failures and its exit status is non-zero); a folder the job may
+    not write into stops the sweep (exit 2), one another process holds skips the job.
     """
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
-
     run_dir = run_directory()
     try:
+        check_job_folder()
         return skip_resume_or_run(cfg, run_dir, output_key())
-    except SIGTERMException:
+    except SystemExit as error:
+        # Lightning turns SIGTERM into its SIGTERMException (a SystemExit); a job stopped
+        # before training never imported Lightning, and need not import it here.
+        lightning = sys.modules.get("pytorch_lightning.utilities.exceptions")
+        if lightning is None or not isinstance(error, lightning.SIGTERMException):
+            raise
         # Stopped from outside: not a failure of the job, and a sweep stops here too.
         saved = newest_checkpoint(run_dir)
         where = f"{saved[0]} (update {saved[1]})" if saved else "no checkpoint"
@@ -56,7 +77,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
               file=sys.stderr)
         raise SystemExit(EXIT_TERMINATED) from None
     except Exception as error:
-        if in_multirun():
+        if in_multirun() and isinstance(error, FolderInUse):
+            # Another process runs this job (two copies of one sweep): the sweep goes on.
+            print(f"[rs_lightning] job {run_dir.name} skipped: {error}", file=sys.stderr)
+            return None
+        if in_multirun() and not isinstance(error, FolderRefused):
             record_failure(run_dir, error)
             return None
         if isinstance(error, ConfigError):
@@ -80,15 +105,17 @@ def skip_resume_or_run(cfg: DictConfig, run_dir: Path, key: str = "run_dir") -> 
         print(f"[rs_lightning] skipping finished job {run_dir} (its eval.json is complete; "
               "delete it to run the job again)", file=sys.stderr)
         return finished
-    if newest:
-        path, step = newest
-        print(f"[rs_lightning] resuming {run_dir} from {path.name} (step {step})",
-              file=sys.stderr)
-        cfg, settings, start_step = resuming_from(cfg, settings, path)
-    (Path(run_dir) / FAILED).unlink(missing_ok=True)
-    from rs_lightning.train import run  # Lightning is imported only for a job that trains
+    with RunFolderLock(run_dir, key):
+        record_hydra_config(cfg, run_dir)
+        if newest:
+            path, step = newest
+            print(f"[rs_lightning] resuming {run_dir} from {path.name} (step {step})",
+                  file=sys.stderr)
+            cfg, settings, start_step = resuming_from(cfg, settings, path)
+        (Path(run_dir) / FAILED).unlink(missing_ok=True)
+        from rs_lightning.train import run  # Lightning is imported only for a job that trains
 
-    return run(cfg, run_dir, checked=(settings, start_step))
+        return run(cfg, run_dir, checked=(settings, start_step))
 
 
 # ----------------------------------------------------------------------------- failures

@@ -1,13 +1,23 @@
 """Run folders: where a job writes, whether its inputs and folder allow it to, and what a
 folder holds (a finished run, checkpoints to resume from, a failure, a sweep's jobs).
 
+One process writes into a run folder at a time: :class:`RunFolderLock` holds ``run.lock``
+there (an exclusive ``flock``, with the holder's PID, host and start time for the message a
+second process gets). The operating system releases the lock when its process ends, however
+it ends, so a lock file left by a killed process is recognised as stale and taken over.
+
 Nothing here imports Lightning or W&B, so bad input is reported within seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import fcntl
 import json
+import os
+import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +40,7 @@ from rs_lightning.schema import ValidatedConfig, validate
 from rs_lightning.types import Problem
 
 FAILED = "failed.json"
+LOCK = "run.lock"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
 UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks")
 
@@ -54,6 +65,157 @@ def output_key() -> str:
     if not HydraConfig.initialized():
         return "run_dir"
     return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+
+
+class FolderRefused(ConfigError):
+    """The run folder may not be written into (another process holds it, or it holds a run of
+    another config): the job writes nothing there, not even ``failed.json``."""
+
+
+class FolderInUse(FolderRefused):
+    """Another process holds the run folder (:class:`RunFolderLock`)."""
+
+
+def check_output_dir_given(value: Any, key: str) -> None:
+    """FolderRefused for an empty ``hydra.run.dir`` / ``hydra.sweep.dir`` (which would put the
+    run's files into the current directory)."""
+    if value is None or not str(value).strip():
+        raise FolderRefused(key, "is empty; give the folder for the outputs, or leave the "
+                                 "default (outputs/runs/... or outputs/multirun/...)")
+
+
+def check_job_folder() -> None:
+    """Under Hydra: FolderRefused if the run or sweep folder this job was given is empty."""
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    if in_multirun():
+        check_output_dir_given(hydra.sweep.dir, "hydra.sweep.dir")
+    else:
+        check_output_dir_given(hydra.run.dir, "hydra.run.dir")
+
+
+def record_hydra_config(cfg: DictConfig, run_dir: Path) -> None:
+    """Write Hydra's record of the job (``.hydra/config.yaml``, ``hydra.yaml``,
+    ``overrides.yaml``), once the job's checks have passed and it holds the folder.
+
+    conf/train.yaml sets ``hydra.output_subdir: null`` so that Hydra itself, which writes them
+    before any check of the job can run, never writes over another run's record.
+    """
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.instance().cfg
+    if hydra_cfg.hydra.output_subdir is not None:
+        return  # the user asked Hydra to write them (already done)
+    from rs_lightning.files import write_text_atomic
+
+    folder = Path(run_dir) / ".hydra"
+    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
+    write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
+
+
+# Folders this process holds: path -> (the lock file's descriptor, nesting depth).
+_HELD: dict[Path, list[int]] = {}
+
+
+def _lock_holder(fd: int) -> dict[str, Any] | None:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0).decode() or "null")
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _describe_holder(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "another process"
+    return (f"process {holder.get('pid', '?')} on {holder.get('host', '?')} "
+            f"(started {holder.get('started', '?')})")
+
+
+def _process_alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError, OverflowError):
+        return True  # someone else's process, or a record we cannot read: assume it runs
+    return True
+
+
+class RunFolderLock:
+    """Hold ``run_dir`` for this process (module docstring): FolderRefused naming the holder
+    if another process holds it. Re-entrant within a process; released on exit from the
+    ``with`` block (normal, error, or SIGTERM, which Lightning turns into an exception) and
+    by the operating system when the process ends."""
+
+    def __init__(self, run_dir: Path | str, key: str = "run_dir") -> None:
+        self.folder = Path(run_dir).absolute()
+        self.key = key
+
+    def __enter__(self) -> RunFolderLock:
+        if self.folder in _HELD:
+            _HELD[self.folder][1] += 1
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._lock(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            # A holder that released (and removed the file) between our open and our lock
+            # left us locking a removed file: lock the one at the path now.
+            try:
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        stale = _lock_holder(fd)
+        if stale:
+            print(f"[rs_lightning] {path} was left by {_describe_holder(stale)}, which has "
+                  "ended; taking it over", file=sys.stderr)
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": datetime.datetime.now().isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        os.fsync(fd)
+        _HELD[self.folder] = [fd, 1]
+        return self
+
+    def _lock(self, fd: int) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+        except OSError:
+            # A file system without flock: trust the record, stale if its PID is dead here.
+            holder = _lock_holder(fd)
+            if not holder or (holder.get("host") == socket.gethostname()
+                              and not _process_alive(holder.get("pid"))):
+                return
+        raise FolderInUse(
+            self.key, f"{self.folder} is in use by {_describe_holder(holder)}: one process "
+            "writes into a run folder at a time; wait for it to end (or stop it) and run the "
+            "same command again"
+        )
+
+    def __exit__(self, *exc_info: Any) -> None:
+        held = _HELD[self.folder]
+        held[1] -= 1
+        if held[1]:
+            return
+        del _HELD[self.folder]
+        try:
+            os.unlink(self.folder / LOCK)  # while still holding it: no one can take it meanwhile
+        except OSError:
+            pass
+        os.close(held[0])
 
 
 # ----------------------------------------------------------------------------- checks
@@ -182,7 +344,7 @@ def folder_state(cfg: DictConfig, run_dir: Path, key: str = "run_dir"
     if finished or newest:
         differences = config_differences(run_dir, cfg)
         if differences:
-            raise ConfigError(
+            raise FolderRefused(
                 key, f"{run_dir} holds a run of another config ({'; '.join(differences[:3])}); "
                 "choose another folder, or delete that one to start over"
             )

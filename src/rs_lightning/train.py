@@ -39,7 +39,7 @@ from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write
 from rs_lightning.periodic_evaluation import PeriodicEvaluation
 from rs_lightning.plots import plot_return_distributions
 from rs_lightning.report import DECISION_CELLS, START_CELL, log_run_media
-from rs_lightning.run_folders import check_inputs, output_key, run_directory
+from rs_lightning.run_folders import RunFolderLock, check_inputs, folder_state, output_key, run_directory
 from rs_lightning.runs import TrainedRun
 from rs_lightning.schema import ValidatedConfig
 
@@ -97,7 +97,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
 
     ``run_dir`` defaults to Hydra's output directory (the working directory outside Hydra).
     ``checked``: what :func:`rs_lightning.run_folders.check_inputs` returned for ``cfg``
-    (the job checked it already), else it is checked here. A run of one seed writes its outputs into ``run_dir``; a run of K seeds
+    (the job checked it already), else it is checked here, with the folder (never one of
+    another config's run). The run holds the folder's lock
+    (:class:`~rs_lightning.run_folders.RunFolderLock`) while it writes. A run of one seed writes its outputs into ``run_dir``; a run of K seeds
     (``parallel_seeds=K``) writes each seed's into ``run_dir/seed_<s>/`` (the outputs of the
     single-seed run of that seed, its config and a checkpoint it resumes from) and, last,
     ``run_dir/members.json``.
@@ -105,7 +107,16 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
     quiet_lightning()
     run_dir = Path(run_dir) if run_dir is not None else run_directory()
     # Every input is checked before the first write: bad input leaves the folder untouched.
-    settings, start_step = checked or check_inputs(cfg, run_dir, output_key())
+    if checked is None:
+        checked = check_inputs(cfg, run_dir, output_key())
+        folder_state(cfg, run_dir, output_key())  # refuses a folder of another config's run
+    # One process writes into a run folder at a time (released however this one ends).
+    with RunFolderLock(run_dir, output_key()):
+        return _run_locked(cfg, run_dir, *checked)
+
+
+def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start_step: int
+                ) -> dict[str, Any]:
     train = settings.train
     run_dir.mkdir(parents=True, exist_ok=True)
     # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
@@ -147,7 +158,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
         if train.callbacks.progress_bar:
             callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
         trainer = make_trainer(train, run_dir, callbacks)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path, weights_only=True)
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
         steps, env_steps = trainer.global_step, datamodule.env_steps
         if not single:

@@ -166,13 +166,14 @@ class GymCopies:
         if len(state["envs"]) != len(copies):
             raise ConfigError("ckpt_path", f"the checkpoint holds {len(state['envs'])} copies of "
                               f"the environment, this run {len(copies)}")
-        for copy, record in zip(copies, state["envs"]):
-            try:
+        try:
+            for copy, record in zip(copies, state["envs"]):
                 restore_state(copy, record)
-            except ValueError as error:
-                raise ConfigError("ckpt_path", f"its {self.env_id} state does not fit this "
-                                  f"run's environment ({error})") from None
-        self._obs = state["obs"].numpy().copy()
+            self._obs = state["obs"].numpy().copy()
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
+            # A record of another environment, or one edited by hand.
+            raise ConfigError("ckpt_path", f"its {self.env_id} state does not fit this "
+                              f"run's environment ({error})") from None
         return False
 
 

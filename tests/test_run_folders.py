@@ -1,0 +1,185 @@
+"""One writer per run folder: a second process on a folder stops at once naming the first, a
+lock left by a dead process is taken over, an empty run or sweep folder is refused, and a
+folder holding another config's run is never written into, by a run or a sweep job, with or
+without the Hydra callback that checks inputs (the job checks them itself)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rs_lightning.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
+from rs_lightning.run_folders import LOCK, FolderInUse, RunFolderLock
+from rs_lightning.train import run
+from tests.conftest import ROOT
+
+# Keys the sweep's folder names leave out but agent=dqn: its first job's folder is
+# 0_agent=dqn,seed=1.
+QUICK = ["debug=quick", "logger=none", "agent=dqn", "callbacks.progress_bar=false"]
+NO_CALLBACK = "~hydra.callbacks.check_inputs"
+
+
+def train_command(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("Error in config: "), stderr
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` with a hash of its content."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished run (seed 0) whose folder the tests aim other configs at."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import CONF
+
+    folder = tmp_path_factory.mktemp("finished") / "run"
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        run(compose(config_name="train", overrides=[*QUICK, "seed=0"]), run_dir=folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------- the lock
+@pytest.mark.slow  # a real run to hold the folder: a minute on a busy machine
+def test_a_second_process_on_the_same_folder_stops_at_once_naming_the_first(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*QUICK, "trainer.max_steps=1000000", "trainer.checkpoint_every_n_steps=0",
+            f"hydra.run.dir={run_dir}"]
+    first = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "attempts.jsonl").is_file():  # it holds the folder and trains
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.2)
+        holder = json.loads((run_dir / LOCK).read_text())
+        assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
+        started = time.monotonic()
+        second = train_command(*args)
+        line = error_line(second.stderr)
+        assert second.returncode == EXIT_BAD_INPUT
+        assert f"is in use by process {first.pid} on {socket.gethostname()}" in line
+        assert time.monotonic() - started < 60
+        assert len((run_dir / "attempts.jsonl").read_text().splitlines()) == 1
+        assert first.poll() is None  # the first goes on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+    assert first.returncode == EXIT_TERMINATED
+    assert not (run_dir / LOCK).exists()  # released on the way out
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(finished_run, tmp_path, compose, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    left = {"pid": int(dead), "host": socket.gethostname(), "started": "2026-01-01T00:00:00"}
+    (run_dir / LOCK).write_text(json.dumps(left))
+    run(compose([*QUICK, "trainer.max_steps=40", "evaluation.episodes=10"]), run_dir=run_dir)
+    assert f"was left by process {dead} on {socket.gethostname()}" in capsys.readouterr().err
+    assert (run_dir / "eval.json").is_file() and not (run_dir / LOCK).exists()
+
+
+def test_the_lock_is_released_on_errors_and_is_reentrant(tmp_path):
+    with pytest.raises(ValueError), RunFolderLock(tmp_path):
+        with RunFolderLock(tmp_path):  # the same process again: nested, not refused
+            assert (tmp_path / LOCK).is_file()
+        assert (tmp_path / LOCK).is_file()
+        raise ValueError("a failing run")
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_a_folder_locked_by_another_process_is_refused(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from rs_lightning.run_folders import RunFolderLock\n"
+         f"with RunFolderLock({str(tmp_path)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderInUse, match=f"in use by process {holder.pid} "):
+            with RunFolderLock(tmp_path, "hydra.run.dir"):
+                pass
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    with RunFolderLock(tmp_path):  # free again once it ended
+        pass
+
+
+# ----------------------------------------------------------------------------- empty folders
+@pytest.mark.parametrize("callback", ["kept", "removed"])
+@pytest.mark.parametrize("key, flags", [("hydra.run.dir", []), ("hydra.sweep.dir", ["-m"])])
+def test_an_empty_output_folder_is_refused(tmp_path, key, flags, callback):
+    extra = [NO_CALLBACK] if callback == "removed" else []
+    result = train_command(*flags, *QUICK, f"{key}=", "seed=1", *extra, cwd=tmp_path)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert f"{key}: is empty" in result.stderr
+    if callback == "kept" or key == "hydra.run.dir":
+        assert error_line(result.stderr) and not list(tmp_path.iterdir())
+    else:
+        # Hydra's launcher writes multirun.yaml and makes the job's folder before the job
+        # runs; the job writes nothing into it and stops the sweep.
+        folders = [p for p in tmp_path.iterdir() if p.is_dir()]
+        assert {p.name for p in tmp_path.iterdir() if p.is_file()} == {"multirun.yaml"}
+        assert len(folders) == 1 and not list(folders[0].iterdir())
+
+
+# ----------------------------------------------------------------------------- foreign folders
+@pytest.mark.parametrize("callback", ["kept", "removed"])
+def test_a_run_never_writes_into_a_folder_of_another_config(finished_run, tmp_path, callback):
+    folder = tmp_path / "run"
+    shutil.copytree(finished_run, folder)
+    before = snapshot(folder)
+    extra = [NO_CALLBACK] if callback == "removed" else []
+    result = train_command(*QUICK, "seed=5", f"hydra.run.dir={folder}", *extra)
+    assert result.returncode == EXIT_BAD_INPUT
+    assert "holds a run of another config (seed: 0 there, 5 now)" in error_line(result.stderr)
+    assert snapshot(folder) == before  # no .hydra/, no failed.json, no log
+
+
+@pytest.mark.parametrize("callback", ["kept", "removed"])
+def test_a_sweep_job_never_writes_into_a_folder_of_another_config(finished_run, tmp_path, callback):
+    sweep = tmp_path / "sweep"
+    job = sweep / "0_agent=dqn,seed=1"  # the folder the sweep's first job would use
+    shutil.copytree(finished_run, job)
+    before = snapshot(job)
+    extra = [NO_CALLBACK] if callback == "removed" else []
+    result = train_command("-m", *QUICK, "seed=1,2", f"hydra.sweep.dir={sweep}", *extra)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "holds a run of another config (seed: 0 there, 1 now)" in result.stderr
+    assert snapshot(job) == before
+    assert not (sweep / "1_agent=dqn,seed=2").exists()  # the sweep stopped there
+
+
+def test_bad_input_is_refused_by_the_job_without_the_callback(finished_run, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(finished_run, folder)
+    before = snapshot(folder)
+    result = train_command(*QUICK, "alpha=1.5", f"hydra.run.dir={folder}", NO_CALLBACK)
+    assert result.returncode == EXIT_BAD_INPUT
+    assert "alpha: must be in [0, 1], got 1.5" in error_line(result.stderr)
+    assert snapshot(folder) == before
