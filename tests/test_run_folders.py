@@ -30,7 +30,7 @@ NO_CALLBACK = "~hydra.callbacks.check_inputs"
 
 
 def train_command(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd,
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, check=False,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
@@ -92,7 +92,7 @@ def test_a_second_process_on_the_same_folder_stops_at_once_naming_the_first(tmp_
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over(finished_run, tmp_path, compose, capsys):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
                           capture_output=True, text=True).stdout.strip()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -114,15 +114,16 @@ def test_the_lock_is_released_on_errors_and_is_reentrant(tmp_path):
 
 def test_a_folder_locked_by_another_process_is_refused(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from rs_lightning.run_folders import RunFolderLock\n"
-         f"with RunFolderLock({str(tmp_path)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        [sys.executable, "-c", ("import sys; from rs_lightning.run_folders import RunFolderLock\n"
+                                f"with RunFolderLock({str(tmp_path)!r}):\n"
+                                "    print('held', flush=True); sys.stdin.read()")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(FolderInUse, match=f"in use by process {holder.pid} "):
-            with RunFolderLock(tmp_path, "hydra.run.dir"):
-                pass
+        with (pytest.raises(FolderInUse, match=f"in use by process {holder.pid} "),
+              RunFolderLock(tmp_path, "hydra.run.dir")):
+            pass
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)

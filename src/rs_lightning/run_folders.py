@@ -154,7 +154,7 @@ class RunFolderLock:
         self.folder = Path(run_dir).absolute()
         self.key = key
 
-    def __enter__(self) -> RunFolderLock:
+    def __enter__(self) -> RunFolderLock:  # noqa: PYI034 (Python 3.10 has no Self)
         if self.folder in _HELD:
             _HELD[self.folder][1] += 1
             return self
@@ -205,7 +205,7 @@ class RunFolderLock:
             "same command again"
         )
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         held = _HELD[self.folder]
         held[1] -= 1
         if held[1]:

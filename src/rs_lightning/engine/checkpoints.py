@@ -47,15 +47,15 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
         with warnings.catch_warnings():  # torch warns of pickle protocols it then refuses
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        # weights_only refuses every object but tensors, numbers, strings and containers.
-        found = re.search(r"GLOBAL (\S+)", str(error))
-        what = f" ({found.group(1)})" if found else ""
-        raise UnsafeCheckpoint(
-            key, f"{path} holds objects other than tensors, numbers and strings{what}; refused "
-            "unread, since loading them could run code"
-        ) from None
     except Exception as error:  # torch raises several types for bad bytes
+        # weights_only refuses every object but tensors, numbers, strings and containers,
+        # naming the global it would have called (random bytes fail on some other opcode).
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        if isinstance(error, pickle.UnpicklingError) and found:
+            raise UnsafeCheckpoint(
+                key, f"{path} holds objects other than tensors, numbers and strings "
+                f"({found.group(1)}); refused unread, since loading them could run code"
+            ) from None
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             key, f"{path} is not a readable checkpoint (corrupt or truncated: {reason[:120]})"
