@@ -6,6 +6,7 @@ their state as tensors, numbers and strings and resume exactly from it."""
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import shutil
 import subprocess
@@ -224,3 +225,22 @@ def test_a_poisoned_checkpoint_stops_the_command_in_one_line(gym_run, tmp_path, 
     assert line.startswith("Error in config: ") and ("refused" in line or "raw bytes" in line), line
     assert not marker.exists()
     assert not (run_dir / "eval.json").exists()
+
+
+def test_a_poisoned_checkpoint_in_a_sweep_job_fails_that_job_and_runs_nothing(gym_run, tmp_path):
+    marker = tmp_path / "marker"
+    poisoned = poisoned_files(gym_run / "checkpoints" / "last.ckpt", marker,
+                              tmp_path / "files")["bytes in the env copies"]
+    job = tmp_path / "sweep" / "job"  # a killed job of the sweep, its checkpoint swapped
+    shutil.copytree(gym_run, job)
+    (job / "eval.json").unlink()
+    shutil.copy(poisoned, job / "checkpoints" / "last.ckpt")
+    result = subprocess.run(
+        [sys.executable, "train.py", "-m", *GYM_RUN, "seed=0", f"hydra.sweep.dir={job.parent}",
+         "hydra.sweep.subdir=job"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 1, result.stderr  # the sweep's status: a job failed
+    failure = json.loads((job / "failed.json").read_text())
+    assert failure["error"] == "UnsafeCheckpoint" and "raw bytes" in failure["message"]
+    assert not marker.exists() and not (job / "eval.json").exists()
