@@ -26,7 +26,11 @@ from rs_lightning.engine.checkpoints import (
     read_checkpoint,
 )
 from rs_lightning.envs.copies import GymCopies
-from rs_lightning.envs.plain_state import UncapturableState, capture_state
+from rs_lightning.envs.plain_state import (
+    UncapturableState,
+    capture_state,
+    restore_state,
+)
 from rs_lightning.errors import ConfigError
 from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
@@ -147,6 +151,42 @@ def test_a_hand_edited_env_state_is_refused_in_one_line(bad):
     state["envs"][0][-1]["attributes"]["state"] = bad  # CartPoleEnv.state
     with pytest.raises(ConfigError, match="its CartPole-v1 state does not fit"):
         GymCopies(config, [1]).load_state_dict(state)
+
+
+@pytest.mark.parametrize("env_id, actions", [
+    ("Acrobot-v1", 3), ("MountainCar-v0", 3), ("Taxi-v4", 6), ("FrozenLake-v1", 4),
+    ("CliffWalking-v1", 4),
+])
+def test_gymnasium_environments_round_trip_with_weights_only(env_id, actions):
+    config = OmegaConf.load(CONF / "env" / "gym.yaml")
+    config.id = env_id
+    rng = np.random.default_rng(1)
+    first = GymCopies(config, [1, 2])
+    for _ in range(30):
+        first.step(rng.integers(0, actions, 2))
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    second = GymCopies(config, [1, 2])
+    assert second.load_state_dict(torch.load(buffer, weights_only=True)) is False
+    for _ in range(200):
+        chosen = rng.integers(0, actions, 2)
+        for a, b in zip(first.step(chosen), second.step(chosen)):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bit_generator", ["PCG64", "MT19937", "Philox", "SFC64"])
+def test_every_numpy_generator_is_stored_as_plain_data(bit_generator):
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    env.unwrapped._np_random = np.random.Generator(getattr(np.random, bit_generator)(5))
+    buffer = io.BytesIO()
+    torch.save(capture_state(env), buffer)
+    buffer.seek(0)
+    twin = gym.make("CartPole-v1")
+    twin.reset(seed=1)
+    restore_state(twin, torch.load(buffer, weights_only=True))
+    assert env.unwrapped.np_random.random() == twin.unwrapped.np_random.random()
 
 
 class HoldsAnObject(gym.Env):

@@ -67,10 +67,10 @@ def _state_names(layer: Any) -> list[str]:
 # Encoded forms: primitives as they are; everything else a tagged tuple, so that a tuple in
 # the record is always a tag and never ambiguous.
 def _encode(value: Any, where: str) -> Any:
-    if isinstance(value, _PRIMITIVES):
+    if type(value) in _PRIMITIVES:  # exactly: NumPy's float64 and str_ are subclasses
         return value
-    if isinstance(value, np.random.Generator):
-        return ("generator", value.bit_generator.state)
+    if isinstance(value, np.random.Generator):  # MT19937's state holds an array: encoded too
+        return ("generator", _encode(value.bit_generator.state, f"{where} state"))
     if isinstance(value, torch.Tensor):
         return ("tensor", value.detach().cpu().clone())
     if isinstance(value, np.ndarray) and value.dtype.kind in _NUMBER_KINDS:
@@ -91,7 +91,7 @@ def _encode(value: Any, where: str) -> Any:
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, _PRIMITIVES):
+    if type(value) in _PRIMITIVES:
         return value
     if not (isinstance(value, tuple) and value and isinstance(value[0], str)):
         raise ValueError(f"not a recorded value: {type(value).__name__}")
@@ -114,7 +114,7 @@ def _decode(value: Any) -> Any:
     if tag == "dict" and isinstance(body[0], list):
         return {_decode(key): _decode(item) for key, item in body[0]}
     if tag == "generator":
-        return _generator(body[0])
+        return _generator(_decode(body[0]))
     raise ValueError(f"not a recorded value: tag {tag!r}")
 
 
