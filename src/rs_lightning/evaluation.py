@@ -24,7 +24,7 @@ import torch
 
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells
+from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells, objective_references
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -197,7 +197,8 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid).
 
     On the grid worlds ``eval.json`` also holds the exact E, VaR, CVaR, U and R_s of the
-    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates.
+    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates, and the exact
+    references of the per-decision and static objectives (``objective_references``).
     """
     train = settings.train
     summary = evaluate_policy(
@@ -211,6 +212,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         progress=train.callbacks.progress_bar,
     )
     summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility, train.rho) or {})
+    summary.update(objective_references(module.greedy, train.env, settings.utility) or {})
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,
