@@ -4,12 +4,21 @@ composition root registers: the engine itself knows no evaluation)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 
 from rs_lightning.evaluation import evaluate_policy
 from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
+
+log = logging.getLogger("rs_lightning")
+
+# The mass at the ends of the return support, once the laws have settled, above which a run warns
+# once: a law on a fixed support (C51, the UMDQN family) piles there whatever lies beyond it.
+# (A uniform law on C51's 51 atoms puts 2 / 51 = 3.9 % there.)
+SUPPORT_END_MASS = 0.05
 
 
 class PeriodicEvaluation(pl.Callback):
@@ -30,6 +39,7 @@ class PeriodicEvaluation(pl.Callback):
         self.seeds = list(seeds)
         self.batch_envs = batch_envs
         self.history_paths = list(history_paths)
+        self.support_checked = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -47,6 +57,38 @@ class PeriodicEvaluation(pl.Callback):
             for name, value in metrics.items():
                 shown.setdefault(name, []).append(value)
         pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
+        if not self.support_checked and settled(step, trainer.max_steps,
+                                                pl_module.learning.target_update_period):
+            self.support_checked = True
+            warn_of_mass_at_support_ends(pl_module, batch.transitions.obs, step)
+
+
+def settled(step: int, max_steps: int, target_update_period: int) -> bool:
+    """Whether the learned laws are worth judging: half the budget spent and ten target
+    copies made (ten backups to carry the returns beyond the support back to the start)."""
+    return 0 < max_steps <= 2 * step and step >= 10 * target_update_period
+
+
+@torch.no_grad()
+def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
+    """Warn (once per run: the caller's concern) when the members' learned laws of the replay
+    batch's states put more than ``SUPPORT_END_MASS`` of their mass, on average over states
+    and actions, at the ends of [``env.return_min``, ``env.return_max``]; returns that mass
+    (the largest member's)."""
+    shares = []
+    for k in range(obs.shape[0]):
+        agent = pl_module.member(k).agent
+        dist = agent.return_distribution(obs[k].to(pl_module.device))
+        problem = agent.problem
+        shares.append(float(dist.mass_at_ends(problem.return_min, problem.return_max).mean()))
+    share = max(shares)
+    if share > SUPPORT_END_MASS:
+        log.warning(
+            "after %d updates the learned return laws put %.1f %% of their mass at the ends of "
+            "the return support [%g, %g]: returns beyond it are clipped; widen "
+            "env.return_min / env.return_max", step, 100 * share, problem.return_min,
+            problem.return_max)
+    return share
 
 
 def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
