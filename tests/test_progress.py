@@ -87,6 +87,7 @@ def test_without_a_terminal_size_plain_lines_keep_the_last_evaluation(compose, t
     assert evaluated.startswith("U ") and "R_s" in evaluated
     assert lines[1].split("| eval ")[1] == evaluated
     assert all(line.count("/s ") == 1 for line in lines)
+    assert (tmp_path / "policy.png").is_file()  # a grid world's policy, drawn at the end
 
 
 def test_terminal_width_is_known_only_on_a_terminal(monkeypatch):
