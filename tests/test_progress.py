@@ -47,7 +47,7 @@ def test_an_80_column_line_keeps_the_evaluation_and_the_rate_once():
     grid_world = {**METRICS, "train/episode_return": 0.43, "eval/utility": -0.41,
                   "eval/expectation": 0.3}
     line = progress_line(150, 300, 14.62, 10.3, grid_world, 79)
-    assert line == "150/300 14.6/s 0:10<0:10 ret .43 R_s -.104 | eval U -.41 ret .3 R_s .2 W1 .0311"
+    assert line == "150/300 14.6/s 0:10<0:10 ret .43 R_s -.104 | eval U -.41 E .3 R_s .2 W1 .0311"
 
 
 def module_and_trainer(step: int, metrics: dict):

@@ -51,7 +51,7 @@ PROGRESS_FIELDS = (
     ("train/episode_return", "ret", "train"),
     ("train/risk_outcome", "R_s", "train"),
     ("eval/utility", "U", "eval"),
-    ("eval/expectation", "ret", "eval"),
+    ("eval/expectation", "E", "eval"),
     ("eval/risk_outcome", "R_s", "eval"),
     ("eval/w1_greedy", "W1", "eval"),
 )
@@ -117,8 +117,8 @@ def terminal_width(stream) -> int | None:
 
 class TrainingProgress(pl.Callback):
     """Training progress over gradient updates: updates per second, time, epsilon, the recent
-    training return and R_s, and the last evaluation's U, return, R_s and W1 (kept until the
-    next evaluation).
+    training return and R_s, and the last evaluation's U, E (mean return), R_s and W1 (kept
+    until the next evaluation).
 
     On a terminal of known width, one line redrawn in place every ``refresh_seconds``, fitted
     to the width (:func:`progress_line`). Anywhere else (not a terminal, no size: logs,
