@@ -97,3 +97,29 @@ def test_declared_reward_bounds_and_the_unit_scale():
     assert unit_reward_scale(-0.5, 0.2) == 1.0 and unit_reward_scale(-3.0, 0.0) == 0.1
     assert unit_reward_scale(0.0, 0.0) is None
     assert scaled_reward_bounds(-100.0, 1.0, 0.1, 2.0) == (-2.0, 0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["dqn", "c51", "qr_dqn", "iqn", "umdqn_kl", "umdqn_w", "rs_umdqn_c"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"])
+def test_debug_quick_stays_quick_on_classic_control(tmp_path, agent, env_id):
+    """``env=gym env.id=<id> debug=quick``, nothing else set but the logger: under a minute of
+    CPU time (wall time on a shared machine says little; measured 7-18 s)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "env=gym", f"env.id={env_id}", f"agent={agent}",
+         "debug=quick", "logger=csv", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+        timeout=600, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 60, f"{cpu:.1f} s of CPU time"
+    assert (tmp_path / "eval.json").is_file()
