@@ -10,6 +10,10 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from rs_lightning.envs.derived_defaults import register_resolvers
+
+register_resolvers()  # conf/ derives some defaults from the environment (${rs.*})
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:

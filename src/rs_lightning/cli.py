@@ -71,6 +71,12 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
         key = unknown.group(1)
         return ConfigError(key, "unknown key (the keys are those of conf/train.yaml and its "
                                 f"group files; +{key}=... adds a new one)")
+    # A comma list without -m: Hydra's hint to add --multirun is on the lines that follow.
+    ambiguous = re.match(r"Ambiguous value for argument '([^'=]+)=(.*)'", text)
+    if ambiguous:
+        key, value = ambiguous.groups()
+        return ConfigError(key, f"{value!r} is several values: add -m (--multirun) to run one "
+                                f"job per value, or write {key}=[{value}] for a list")
     present = re.match(r"Could not append to config\. An item is already at '([^']+)'", text)
     if present:
         key = present.group(1)

@@ -138,7 +138,9 @@ class _EpisodeProgress:
 def summarize_returns(
     returns: np.ndarray, outcomes: np.ndarray, utility: Utility, rho: float
 ) -> dict[str, Any]:
-    """E, VaR_rho, CVaR_rho and U of S, and the mean risk outcome R_s."""
+    """E, VaR_rho, CVaR_rho, the run's risk measure R (``risk_value``: VaR or CVaR again, or
+    Wang, CPW, power, ... with the run's parameters) and U = alpha E + (1 - alpha) R of S,
+    and the mean risk outcome R_s."""
     dist = from_samples(torch.as_tensor(returns, dtype=torch.float64))
     summary: dict[str, Any] = {
         "episodes": int(returns.size),
@@ -146,6 +148,7 @@ def summarize_returns(
         "var": float(value_at_risk(dist, rho)),
         "cvar": float(conditional_value_at_risk(dist, rho)),
         "utility": float(utility(dist)),
+        "risk_value": float(utility.risk_value(dist)),
         "return_std": float(returns.std()),
         # Standard error of the mean, to judge agreement with reference numbers.
         "expectation_stderr": float(returns.std() / math.sqrt(max(returns.size, 1))),

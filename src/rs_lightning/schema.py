@@ -16,9 +16,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import RISK_MEASURES, Utility
+
+register_resolvers()  # the rs.* interpolations of conf/ (derived defaults)
 
 
 def _require(ok: bool, key: str, allowed: str, value: Any) -> None:

@@ -3,8 +3,8 @@
 ``run(cfg)`` is what ``python train.py ...`` calls (through :func:`rs_lightning.jobs.run_job`,
 which skips finished jobs and resumes interrupted ones). It writes into the run directory:
 ``eval.json`` (the final Monte Carlo evaluation, written last: it marks a finished run),
-``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` (grid worlds: the greedy
-action of every cell), ``config.yaml`` (the resolved config), ``attempts.jsonl`` (one line per
+``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` and ``policy.png`` (grid
+worlds: the greedy action of every cell, and as arrows), ``config.yaml`` (the resolved config), ``attempts.jsonl`` (one line per
 start of training), ``checkpoints/`` and the logger's files (``wandb/`` or ``csv/``).
 
 Nothing is written before every input has been checked, and every file a later step relies on
@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import socket
@@ -37,7 +38,7 @@ from rs_lightning.engine.loggers import close_loggers, make_loggers
 from rs_lightning.evaluation import evaluate_run
 from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write_json_atomic, write_text_atomic
 from rs_lightning.periodic_evaluation import PeriodicEvaluation
-from rs_lightning.plots import plot_return_distributions
+from rs_lightning.plots import plot_policy, plot_return_distributions
 from rs_lightning.report import DECISION_CELLS, START_CELL, log_run_media
 from rs_lightning.run_folders import check_inputs, output_key, run_directory
 from rs_lightning.runs import TrainedRun
@@ -160,6 +161,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
                     torch.save(member_checkpoint(saved, module, datamodule, k), f)
             policy = module.member(k)
             summary = evaluate_run(policy, member, folder, steps=steps, env_steps=env_steps)
+            if member.train.env.grid_size:  # policy.json as arrows on the grid
+                plot_policy(json.loads((folder / "policy.json").read_text()),
+                            member.train.env.id, folder / "policy.png")
             _log_run_media(loggers[k], summary, policy, member, folder, steps, env_steps)
             final = {f"eval/final_{key}": v for key, v in summary.items()
                      if isinstance(v, (int, float))}
@@ -182,7 +186,10 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
             f"[rs_lightning] {settings.agent.name} on {train.env.id}"
             + ("" if single else f" seed {seed}") + ": "
             f"E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
-            f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}"
+            f"CVaR={summary['cvar']:.3f}"
+            + ("" if settings.utility.risk in ("var", "cvar") or "risk_value" not in summary
+               else f" R[{settings.utility.risk}]={summary['risk_value']:.3f}")
+            + f" U={summary['utility']:.3f}"
             + (f" R_s={summary['risk_outcome']:.3f}" if "risk_outcome" in summary else "")
             + f"  -> {folder}",
             file=sys.stderr,
