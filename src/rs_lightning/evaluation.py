@@ -148,7 +148,6 @@ def summarize_returns(
         "var": float(value_at_risk(dist, rho)),
         "cvar": float(conditional_value_at_risk(dist, rho)),
         "utility": float(utility(dist)),
-        "risk_value": float(utility.risk_value(dist)),
         "return_std": float(returns.std()),
         # Standard error of the mean, to judge agreement with reference numbers.
         "expectation_stderr": float(returns.std() / math.sqrt(max(returns.size, 1))),
@@ -156,6 +155,8 @@ def summarize_returns(
         "alpha": utility.alpha,
         "risk": utility.risk,
     }
+    if utility.uses_risk or utility.params:  # at alpha 1 the measure may lack its parameters
+        summary["risk_value"] = float(utility.risk_value(dist))
     summary["return_histogram"] = return_histogram(returns)
     if not np.isnan(outcomes).all():
         summary["risk_outcome"] = float(np.nanmean(outcomes))
