@@ -286,3 +286,24 @@ def test_members_checkpoint_keeps_its_own_window(compose, tmp_path):
     both = whole["ExperienceDataModule"]["collector"]["n_step_window"]
     mine = own["ExperienceDataModule"]["collector"]["n_step_window"]
     assert torch.equal(mine["obs"], both["obs"][:, 3:]) and mine["started"] == both["started"]
+
+
+def test_checkpoint_of_the_one_step_engine_still_resumes(compose, tmp_path):
+    """A checkpoint written before these settings (no discounts in the replay memory, the
+    transitions not yet matched by an update as ``pending_updates``) resumes to the same run."""
+    overrides = ["env=cartpole", "env.num_envs=3", "agent=dqn", "agent.hidden_sizes=[16]",
+                 "logger=none", "callbacks.progress_bar=false", "trainer.max_steps=60",
+                 "learning.warmup_steps=20", "trainer.checkpoint_every_n_steps=26",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=10"]
+    run(compose(overrides), run_dir=tmp_path / "full")
+    state = torch.load(tmp_path / "full" / "checkpoints" / "step0000026.ckpt", weights_only=True)
+    collector = state["ExperienceDataModule"]["collector"]
+    assert collector["update_credit"] == 2  # update 26 follows transition 46 of 46-48
+    collector["pending_updates"] = collector.pop("update_credit")
+    for key in ("updates_per_step", "n_step"):
+        del collector[key]
+    del collector["replay"]["discount"]
+    old = tmp_path / "old.ckpt"
+    torch.save(state, old)
+    run(compose([*overrides, f"ckpt_path={old}"]), run_dir=tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
