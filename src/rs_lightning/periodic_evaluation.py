@@ -28,10 +28,16 @@ class PeriodicEvaluation(pl.Callback):
     On the grid worlds it adds the exact E, VaR, CVaR, U and R_s of that policy and the
     Wasserstein-1 distance between the learned and the exact return distribution of every
     action at the start state (``w1_*``), so that learning the distribution can be watched.
+
+    ``stop_at_return``: the run stops after the first evaluation at which every member's mean
+    return (``expectation``) is at least this (each member's own first time is the first line
+    of its ``eval_history.jsonl`` at or above it). The evaluations' wall time is not counted
+    as training (``train_seconds``).
     """
 
     def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int,
-                 seeds: list[int], batch_envs: int, history_paths: list[Path]) -> None:
+                 seeds: list[int], batch_envs: int, history_paths: list[Path],
+                 stop_at_return: float | None = None) -> None:
         self.env_config = env_config
         self.rho = rho
         self.every_n_steps = every_n_steps
@@ -40,6 +46,8 @@ class PeriodicEvaluation(pl.Callback):
         self.batch_envs = batch_envs
         self.history_paths = list(history_paths)
         self.support_checked = False
+        self.stop_at_return = stop_at_return
+        self.stopped_at: int | None = None  # the update whose evaluation reached the target
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -47,20 +55,25 @@ class PeriodicEvaluation(pl.Callback):
             return
         shown: dict[str, list[float]] = {}
         train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
-        for k, seed in enumerate(self.seeds):
-            metrics = evaluate_during_training(
-                pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
-                self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
-            )
-            for logger in pl_module.member_loggers[k]:
-                logger.log_metrics(metrics, step=step)
-            for name, value in metrics.items():
-                shown.setdefault(name, []).append(value)
+        with pl_module.clock.paused():
+            for k, seed in enumerate(self.seeds):
+                metrics = evaluate_during_training(
+                    pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
+                    self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
+                )
+                for logger in pl_module.member_loggers[k]:
+                    logger.log_metrics(metrics, step=step)
+                for name, value in metrics.items():
+                    shown.setdefault(name, []).append(value)
         pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
         if not self.support_checked and settled(step, trainer.max_steps,
                                                 pl_module.learning.target_update_period):
             self.support_checked = True
             warn_of_mass_at_support_ends(pl_module, batch.transitions.obs, step)
+        target = self.stop_at_return
+        if target is not None and all(value >= target for value in shown["eval/expectation"]):
+            self.stopped_at = step
+            trainer.should_stop = True
 
 
 def settled(step: int, max_steps: int, target_update_period: int) -> bool:
@@ -97,8 +110,9 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
                              ) -> dict[str, float]:
     """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
     (one JSON line, learning curves that need no logger to survive) and returned as
-    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far (the run's
-    :class:`~rs_lightning.engine.learner.TrainingClock`), recorded as ``train_seconds``."""
+    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far, the periodic
+    evaluations left out (the run's :class:`~rs_lightning.engine.learner.TrainingClock`),
+    recorded as ``train_seconds``."""
     summary = evaluate_policy(
         module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
     )

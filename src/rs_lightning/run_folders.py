@@ -109,7 +109,9 @@ def checkpoint_start(settings: ValidatedConfig, problem: Problem | None = None) 
     members = make_members([AGENTS[settings.agent.name][0](settings.agent, problem)
                             for _ in range(train.parallel_seeds)])
     check_compatible(state, train.ckpt_path, settings.agent.name, members, train.env.id,
-                     num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds)
+                     num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds,
+                     n_step=train.learning.n_step,
+                     updates_per_step=train.learning.updates_per_step)
     return checkpoint_step(state)
 
 

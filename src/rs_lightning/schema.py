@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the key and what is allowed.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -88,6 +89,10 @@ class LearningSection:
     epsilon_decay: float = MISSING  # in environment steps
     epsilon_schedule: str = MISSING  # exponential | linear
     on_non_finite: str = MISSING  # stop | skip: what a NaN / inf loss or gradient does
+    # The values live in conf/train.yaml; these defaults only fill runs recorded before the
+    # keys existed.
+    updates_per_step: float = 1.0  # gradient updates per environment step (0.125: 1 per 8)
+    n_step: int = 1  # steps of the discounted return in each stored transition
 
     def check(self) -> None:
         for key in ("batch_size", "replay_capacity", "target_update_period"):
@@ -108,6 +113,12 @@ class LearningSection:
             _require(0.0 <= value <= 1.0, f"learning.{key}", "in [0, 1]", value)
         _one_of("learning.epsilon_schedule", self.epsilon_schedule, ("exponential", "linear"))
         _one_of("learning.on_non_finite", self.on_non_finite, NON_FINITE_ACTIONS)
+        # Read as a fraction of denominator up to 10^6 (rs_lightning.engine.experience).
+        _require(math.isfinite(self.updates_per_step) and self.updates_per_step >= 1e-6,
+                 "learning.updates_per_step", "a positive number (at least 1e-6; 0.125: one "
+                 "update every 8 environment steps)", self.updates_per_step)
+        _require(self.n_step >= 1, "learning.n_step", "a positive integer (1: one-step returns)",
+                 self.n_step)
 
 
 @dataclass
@@ -129,6 +140,10 @@ class TrainerSection:
     max_steps: int = MISSING  # gradient updates
     log_every_n_steps: int = MISSING
     checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
+    # The values live in conf/trainer/default.yaml; these defaults only fill runs recorded
+    # before the keys existed.
+    stop_at_return: Optional[float] = None  # end at the first evaluation reaching it
+    max_time: Optional[str] = None  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
 
     def check(self) -> None:
         _require(self.max_steps > 0, "trainer.max_steps", "a positive integer", self.max_steps)
@@ -144,6 +159,27 @@ class TrainerSection:
             ">= 0",
             self.checkpoint_every_n_steps,
         )
+        if self.max_time is not None:
+            max_time_seconds(self.max_time)
+        if self.stop_at_return is not None:
+            _require(math.isfinite(self.stop_at_return), "trainer.stop_at_return",
+                     "a finite number or null", self.stop_at_return)
+
+
+def max_time_seconds(text: str) -> float:
+    """``trainer.max_time`` in seconds: a number of seconds, ``HH:MM:SS`` or ``DD:HH:MM:SS``
+    (ConfigError otherwise)."""
+    parts = str(text).strip().split(":")
+    units = (1, 60, 3600, 86400)
+    try:
+        if len(parts) not in (1, 3, 4) or any(not p.strip() for p in parts):
+            raise ValueError
+        seconds = sum(float(p) * unit for p, unit in zip(reversed(parts), units))
+    except ValueError:
+        seconds = float("nan")
+    _require(math.isfinite(seconds) and seconds > 0, "trainer.max_time",
+             "a positive number of seconds, HH:MM:SS or DD:HH:MM:SS, or null", text)
+    return seconds
 
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
@@ -244,6 +280,10 @@ class TrainConfig:
             self.fault_injection,
         ):
             section.check()
+        if self.trainer.stop_at_return is not None:
+            _require(self.evaluation.every_n_steps > 0, "trainer.stop_at_return",
+                     "null without periodic evaluations (it is checked at each one: set "
+                     "evaluation.every_n_steps > 0)", self.trainer.stop_at_return)
 
 
 @dataclass

@@ -91,6 +91,16 @@ def member_settings_of(settings: ValidatedConfig, seed: int) -> ValidatedConfig:
     return dataclasses.replace(settings, train=train)
 
 
+def _report_early_end(train, periodic: PeriodicEvaluation, steps: int, seconds: float) -> None:
+    """Say why a run ended before ``trainer.max_steps`` updates."""
+    if periodic.stopped_at is not None:
+        print(f"[rs_lightning] trainer.stop_at_return={train.trainer.stop_at_return} reached by "
+              f"the evaluation after update {steps} ({seconds:.1f} s of training)", file=sys.stderr)
+    elif steps < train.trainer.max_steps and train.trainer.max_time is not None:
+        print(f"[rs_lightning] trainer.max_time={train.trainer.max_time} spent after update "
+              f"{steps} of {train.trainer.max_steps}", file=sys.stderr)
+
+
 def run(cfg: DictConfig, run_dir: Path | None = None,
         checked: tuple[ValidatedConfig, int] | None = None) -> dict[str, Any]:
     """Train, evaluate and write the run's outputs; returns the evaluation summary (with
@@ -140,17 +150,19 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
         datamodule, module = build(settings, loggers)
         checkpoint_dir = run_dir / "checkpoints"
         callbacks = checkpoint_callbacks(train, checkpoint_dir)
-        callbacks.append(PeriodicEvaluation(
+        periodic = PeriodicEvaluation(
             train.env, train.rho, train.evaluation.every_n_steps,
             train.evaluation.episodes_during_training, seeds, train.evaluation.batch_envs,
-            [folder / "eval_history.jsonl" for folder in folders],
-        ))
+            [folder / "eval_history.jsonl" for folder in folders], train.trainer.stop_at_return,
+        )
+        callbacks.append(periodic)
         if train.callbacks.progress_bar:
             callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
         trainer = make_trainer(train, run_dir, callbacks)
         trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
         steps, env_steps = trainer.global_step, datamodule.env_steps
+        _report_early_end(train, periodic, steps, module.clock.seconds())
         if not single:
             saved = torch.load(checkpoint_dir / "last.ckpt", map_location="cpu", weights_only=True)
         summaries = []

@@ -267,8 +267,7 @@ class IQN(Agent):
                 next_action = self.native_values(utility, next_quantiles[..., n_target:]).argmax(-1)
             index = next_action.view(-1, 1, 1).expand(-1, 1, n_target)
             next_values = next_quantiles[..., :n_target].gather(1, index).squeeze(1)  # [B, N']
-            discount = self.problem.gamma * (1.0 - batch.terminated)
-            targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
+            targets = batch.reward.unsqueeze(1) + batch.discount.unsqueeze(1) * next_values
         fractions = self.sample_fractions(size, config.n_fractions, batch.obs)  # per transition
         chosen = self.chosen_quantiles(batch.obs, batch.action, fractions)  # [B, N]
         loss = PairwiseQuantileHuberLoss.apply(chosen, fractions, targets, self.kappa)

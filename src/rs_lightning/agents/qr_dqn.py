@@ -80,8 +80,7 @@ class QRDQN(Agent):
             next_dist = target.return_distribution(batch.next_obs)  # sorted quantiles
             next_action = choose_action(next_dist)
             next_values = next_dist.gather_actions(next_action).values  # [B, N'], ascending
-            discount = self.problem.gamma * (1.0 - batch.terminated)
-            targets = batch.reward.unsqueeze(-1) + discount.unsqueeze(-1) * next_values
+            targets = batch.reward.unsqueeze(-1) + batch.discount.unsqueeze(-1) * next_values
         quantiles = self.quantiles(batch.obs)
         index = batch.action[..., None, None].expand(*batch.action.shape, 1, quantiles.shape[-1])
         chosen = quantiles.gather(-2, index).squeeze(-2)  # [B, N]

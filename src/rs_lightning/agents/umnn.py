@@ -381,6 +381,24 @@ def umnn_curves_covering(
     return umnn_state_curves(network, obs, lattice, config.integration_rule)
 
 
+def shifted_return_range(problem: Problem, reward: Tensor, discount: Tensor) -> tuple[float, float]:
+    """``[low, high]`` covering the return support and every shifted return (z - r_i) / d_i
+    of a Bellman target, z in [return_min, return_max], over the bootstrapped rows' rewards
+    ``r_i`` and discounts ``d_i`` (one host sync).
+
+    A discount is a power gamma^m (m steps of an n-step return); the float32 tensor rounds
+    it, so the bound uses the double-precision power gamma^m: one-step rows then give
+    exactly the range (z - r) / gamma of the scalar discount, and the same lattice.
+    """
+    r_low, r_high, d_low, d_high = torch.stack([*torch.aminmax(reward), *torch.aminmax(discount)]).tolist()
+    gamma = problem.gamma
+    powers = [gamma ** round(math.log(d) / math.log(gamma)) for d in (d_low, d_high)]
+    below, above = problem.return_min - r_high, problem.return_max - r_low
+    # (z - r) / d is monotone in 1 / d: its extremes sit at the extreme discounts.
+    return (min(problem.return_min, *(below / d for d in powers)),
+            max(problem.return_max, *(above / d for d in powers)))
+
+
 def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:
     """The distinct rows of each member's ``obs[M, B, D]``, padded with zero rows to the
     largest count ``U`` -> ``[M, U, D]``, and the index ``[M, B]`` of each row among the
