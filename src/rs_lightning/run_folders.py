@@ -24,6 +24,7 @@ from rs_lightning.engine.checkpoints import (
     newest_checkpoint,
     read_checkpoint,
 )
+from rs_lightning.engine.resources import check_resources
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.schema import ValidatedConfig, validate
@@ -31,7 +32,7 @@ from rs_lightning.types import Problem
 
 FAILED = "failed.json"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
-UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks")
+UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits")
 
 
 # ----------------------------------------------------------------------------- where
@@ -88,12 +89,13 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     for a fresh start).
 
     Raises ConfigError for: a value out of range (schema), an environment gymnasium does not
-    know, a missing, unreadable or incompatible checkpoint, an output folder that cannot be
-    written.
+    know, a run past its budgets of lattice or memory (engine.resources), a missing,
+    unreadable or incompatible checkpoint, an output folder that cannot be written.
     """
     settings = validate(cfg)
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(settings.train.env)
+    check_resources(settings, problem)  # before anything of that size is allocated
     start_step = checkpoint_start(settings, problem) if settings.train.ckpt_path is not None else 0
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
