@@ -28,6 +28,7 @@ from rs_lightning.engine.resources import check_resources
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.schema import ValidatedConfig, validate
+from rs_lightning.wandb_support import check_wandb_environment
 from rs_lightning.types import Problem
 
 FAILED = "failed.json"
@@ -96,6 +97,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(settings.train.env)
     check_resources(settings, problem)  # before anything of that size is allocated
+    if settings.train.logger.backend == "wandb":
+        check_wandb_environment()
     start_step = checkpoint_start(settings, problem) if settings.train.ckpt_path is not None else 0
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
@@ -163,7 +166,16 @@ def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return []
-    before = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    try:
+        recorded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as error:  # YAML, decoding or interpolation errors of a damaged file
+        recorded = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    if not isinstance(recorded, dict):
+        raise ConfigError(
+            str(path), f"is damaged ({str(recorded)[:120]}): the run in that folder cannot "
+            "be compared with this config, so nothing is written there; restore the file, "
+            "delete the folder to start over, or choose another folder")
+    before = _flatten(recorded)
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     return [
         f"{key}: {before[key]} there, {now[key]} now"
