@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rs_lightning.cli import check_overrides, describe_hydra_error
+from rs_lightning.cli import check_group_files, check_overrides, describe_hydra_error
 from rs_lightning.errors import ConfigError
 from rs_lightning.jobs import skip_resume_or_run
 from rs_lightning.train import run
-from tests.conftest import ROOT
+from tests.conftest import CONF, ROOT
 
 # The finished run the cases are aimed at: a short DQN run on risky rewards.
 FINISHED_RUN = [
@@ -42,6 +42,7 @@ class Case:
     cli: bool = False  # also through the real command line
     gpu_dependent: bool = False  # valid on a machine with a GPU
     extra: list[str] = field(default_factory=list)  # overrides put before the case's own
+    environ: dict[str, str] = field(default_factory=dict)  # environment variables set
 
 
 CASES = [
@@ -222,6 +223,30 @@ CASES = [
     Case("unknown key", ["nope=1"], "nope", "unknown key"),
     Case("unknown nested key", ["learning.nope=1"], "learning.nope", "unknown key"),
     Case("adding a key that exists", ["+alpha=0.3"], "alpha", "already exists"),
+    # files: config group files that are not YAML mappings, damaged files in a run folder
+    Case("experiment file not YAML", ["experiment=broken", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/broken.yaml",
+         "is not valid YAML (line 3, column 6: while parsing a flow sequence", cli=True),
+    Case("experiment file of prose", ["experiment=prose", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/prose.yaml", "must hold `key: value` lines (a YAML mapping), "
+         "got a str: 'Train on the risky grid world'"),
+    Case("experiment file of a list", ["experiment=listed", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/listed.yaml", "got a list"),
+    Case("experiment file of binary bytes", ["experiment=binary",
+                                             "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/binary.yaml", "is not a text file (not UTF-8 at byte 1)"),
+    Case("env file not YAML", ["env=broken", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/env/broken.yaml", "is not valid YAML"),
+    Case("damaged config.yaml in the run folder", ["hydra.run.dir={tmp}/damaged_config"],
+         "{tmp}/damaged_config/config.yaml", "is damaged (", cli=True, extra=FINISHED_RUN),
+    Case("config.yaml of a list in the run folder", ["hydra.run.dir={tmp}/listed_config"],
+         "{tmp}/listed_config/config.yaml", "so nothing is written there", extra=FINISHED_RUN),
+    # the environment of the process
+    Case("WANDB_MODE empty", ["logger=wandb"], "WANDB_MODE",
+         "must be unset or one of online, offline, disabled, dryrun, run, shared, got ''",
+         cli=True, environ={"WANDB_MODE": ""}),
+    Case("WANDB_MODE nonsense", ["logger=wandb"], "WANDB_MODE", "got 'nonsense'",
+         environ={"WANDB_MODE": "nonsense"}),
     # the output folder
     Case("output folder under a file", ["hydra.run.dir={tmp}/garbage.ckpt/run"],
          "hydra.run.dir", "is a file, not a folder", cli=True),
@@ -247,6 +272,19 @@ def files(tmp_path_factory):
     (tmp / "garbage.ckpt").write_bytes(os.urandom(4096))
     (tmp / "truncated.ckpt").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     (tmp / "empty.ckpt").write_bytes(b"")
+    for group, name, content in (
+        ("experiment", "broken", b"# @package _global_\nfoo: [1, 2\n  bar: : x\n"),
+        ("experiment", "prose", b"Train on the risky grid world\n"),
+        ("experiment", "listed", b"- alpha\n- rho\n"),
+        ("experiment", "binary", b"\x00\xff\xfe\x00"),
+        ("env", "broken", b"id: [\n"),
+    ):
+        (tmp / "extra" / group).mkdir(parents=True, exist_ok=True)
+        (tmp / "extra" / group / f"{name}.yaml").write_bytes(content)
+    for folder, content in (("damaged_config", b"alpha: 0.5\nseed: [\x00\n"),
+                            ("listed_config", b"- alpha\n")):
+        shutil.copytree(finished, tmp / folder)
+        (tmp / folder / "config.yaml").write_bytes(content)
     return {"tmp": tmp, "finished": finished, "dqn_ckpt": good}
 
 
@@ -269,6 +307,7 @@ def error_in_process(compose, overrides: list[str], run_dir: Path) -> ConfigErro
     """The error the command line would report, raised by the same checks in-process."""
     try:
         check_overrides(overrides)
+        check_group_files(overrides, CONF)
         cfg = compose([o for o in overrides if not o.startswith("hydra.run.dir=")])
     except ConfigError as error:
         return error
@@ -293,16 +332,27 @@ def skip_if_gpu(case: Case) -> None:
         pytest.skip("this machine has a GPU: the option is valid here")
 
 
+def target_folder(overrides: list[str], files) -> Path:
+    """The run folder a case is aimed at: its hydra.run.dir, else the finished run."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")]
+    return Path(given[-1]) if given else files["finished"]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_one_clear_error_and_writes_nothing(compose, files, case):
+def test_bad_input_is_one_clear_error_and_writes_nothing(compose, files, case, monkeypatch):
     skip_if_gpu(case)
-    before = snapshot(files["finished"])
-    error = error_in_process(compose, overrides_of(case, files), files["finished"])
+    for name, value in case.environ.items():
+        monkeypatch.setenv(name, value)
+    overrides = overrides_of(case, files)
+    folder = target_folder(overrides, files)
+    before = snapshot(folder) if folder.is_dir() else {}
+    error = error_in_process(compose, overrides, files["finished"])
     message = str(error)
-    assert error.key == case.key, message
-    assert message.startswith(f"{case.key}: ") and "\n" not in message
+    key = case.key.format(tmp=files["tmp"])
+    assert error.key == key, message
+    assert message.startswith(f"{key}: ") and "\n" not in message
     assert case.allowed in message
-    assert snapshot(files["finished"]) == before
+    assert (snapshot(folder) if folder.is_dir() else {}) == before
 
 
 # ------------------------------------------------------------------ the real command line
@@ -315,32 +365,34 @@ def cli_results(files):
     run (so that a case writing into it is caught as that case)."""
 
     def one(case: Case):
-        target = files["tmp"] / f"cli_{CASES.index(case)}"
-        shutil.copytree(files["finished"], target)
-        before = snapshot(target)
         args = overrides_of(case, files)
-        if not any(o.startswith("hydra.run.dir=") for o in args):
+        target = files["tmp"] / f"cli_{CASES.index(case)}"
+        if any(o.startswith("hydra.run.dir=") for o in args):
+            target = target_folder(args, files)
+        else:
+            shutil.copytree(files["finished"], target)
             args.append(f"hydra.run.dir={target}")
-        env = dict(os.environ, WANDB_MODE="offline")
+        before = snapshot(target) if target.is_dir() else {}
+        env = {**os.environ, "WANDB_MODE": "offline", **case.environ}
         env.pop("HYDRA_FULL_ERROR", None)
         result = subprocess.run(
             [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )
-        return result, before == snapshot(target)
+        return result, before == (snapshot(target) if target.is_dir() else {})
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         return dict(zip((c.id for c in CLI_CASES), pool.map(one, CLI_CASES)))
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
-def test_bad_input_on_the_command_line(cli_results, case):
+def test_bad_input_on_the_command_line(cli_results, files, case):
     skip_if_gpu(case)
     result, untouched = cli_results[case.id]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1, result.stderr[-2000:]
-    assert lines[0].startswith(f"Error in config: {case.key}: ")
+    assert lines[0].startswith(f"Error in config: {case.key.format(tmp=files['tmp'])}: ")
     assert case.allowed in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert untouched, "the command wrote into the existing run's folder"

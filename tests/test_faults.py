@@ -338,3 +338,38 @@ def test_sigterm_in_any_phase_is_one_line_and_the_same_command_resumes(
     assert signal.getsignal(signal.SIGTERM) == handler  # the run restored it
     assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
     assert eval_files(tmp_path, members) == uninterrupted[members]
+
+
+# ---------------------------------------------------------------- damaged files in a run folder
+def test_damaged_lines_of_a_history_are_dropped_with_a_warning(tmp_path, capsys):
+    history = tmp_path / "eval_history.jsonl"
+    history.write_bytes(b'{"step": 100, "utility": 0.1}\n\xff\xfe\x00garbage\n[1, 2]\n"text"\n'
+                        b'{"step": 200, "utility": 0.2}\n')
+    assert [r["step"] for r in read_jsonl(history)] == [100, 200]
+    assert capsys.readouterr().err.count("skipping an unreadable line") == 3
+    truncate_jsonl(history, lambda r: r["step"] <= 100)  # what a resume from step 100 keeps
+    assert history.read_text() == '{"step": 100, "utility": 0.1}\n'
+
+
+def test_a_damaged_members_json_makes_the_same_command_evaluate_again(
+        compose, tmp_path, monkeypatch, uninterrupted):
+    """members.json marks a several-seed run finished; damaged, the job resumes from its
+    final checkpoint and writes it again, with the same evaluations."""
+    overrides = [*PHASED, "parallel_seeds=2"]
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    members = (tmp_path / "members.json").read_bytes()
+    (tmp_path / "members.json").write_bytes(members[: len(members) // 2])
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    assert (tmp_path / "members.json").read_bytes() == members
+    assert eval_files(tmp_path, 2) == uninterrupted[2]
+
+
+# ---------------------------------------------------------------- rewards and the support
+def test_a_reward_far_outside_the_return_support_warns_once(compose, tmp_path, capsys):
+    # Risky rewards pays about -1 to +1 a step; a support of [-0.1, 0.1] cannot hold it.
+    run(compose([*PHASED, "env.return_min=-0.1", "env.return_max=0.1"]), run_dir=tmp_path / "a")
+    err = capsys.readouterr().err
+    assert err.count("lies far outside the return support [-0.1, 0.1]") == 1, err[-2000:]
+    assert "(env.return_min, env.return_max)" in err and "env.reward_scale" in err
+    run(compose(PHASED), run_dir=tmp_path / "b")
+    assert "far outside" not in capsys.readouterr().err
