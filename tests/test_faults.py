@@ -373,3 +373,33 @@ def test_a_reward_far_outside_the_return_support_warns_once(compose, tmp_path, c
     assert "(env.return_min, env.return_max)" in err and "env.reward_scale" in err
     run(compose(PHASED), run_dir=tmp_path / "b")
     assert "far outside" not in capsys.readouterr().err
+
+
+def test_sigterm_during_the_final_evaluation_from_outside(tmp_path):
+    """The real signal, sent by another process while the final evaluation runs (the run's
+    last checkpoint is written, eval.json not yet): one line, exit 143, and the same command
+    then only evaluates."""
+    run_dir = tmp_path / "run"
+    args = [*QUICK_DQN, "trainer.max_steps=100", "evaluation.every_n_steps=0",
+            "evaluation.episodes=200000", "evaluation.batch_envs=100", "logger=none",
+            f"hydra.run.dir={run_dir}"]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
+            env=dict(os.environ, WANDB_MODE="offline"), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+        final = run_dir / "checkpoints" / "step0000100.ckpt"
+        deadline = time.monotonic() + 240
+        while not final.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # into the final evaluation (200,000 episodes take much longer)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    err = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 143, err[-3000:]
+    assert not (run_dir / "eval.json").exists(), "the evaluation ended before the signal"
+    lines = [line for line in err.splitlines() if line.startswith(("Error", "Stopped"))]
+    assert lines == [f"Stopped by SIGTERM: the run's state is in {run_dir / 'checkpoints'}/"
+                     "last.ckpt (update 100); the same command resumes it"], err[-3000:]
+    assert "Traceback" not in err

@@ -35,10 +35,15 @@ def check_lattice(settings: ValidatedConfig) -> None:
     span = max(high, 0.0) - min(low, 0.0)
     raise ConfigError(
         "agent.integration_step",
-        f"the UMNN lattice would have {nodes:.4g} nodes per state ({keys} span {span:g} "
+        f"the UMNN lattice would have {count(nodes)} nodes per state ({keys} span {span:g} "
         f"every {agent.integration_step:g}), over limits.lattice_nodes={limits.lattice_nodes};"
         f" raise agent.integration_step to at least {round_up(span / max(limits.lattice_nodes - 1, 1)):g}, "
         f"narrow {keys} or raise limits.lattice_nodes")
+
+
+def count(value: float) -> str:
+    """A count as people write it: 10,001, or 4e+09 past a trillion."""
+    return f"{round(value):,}" if value < 1e12 else f"{value:.3g}"
 
 
 def round_up(value: float, digits: int = 2) -> float:
