@@ -396,3 +396,32 @@ def test_bad_input_on_the_command_line(cli_results, files, case):
     assert case.allowed in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert untouched, "the command wrote into the existing run's folder"
+
+
+# ------------------------------------------------------------------ the budgets' rules
+@pytest.mark.parametrize("low, high, step", [(-2.0, 2.0, 0.02), (0.5, 3.0, 0.07), (-100.0, -3.0, 0.3),
+                                             (-4.0, 4.0, 0.04)])
+def test_the_lattice_rule_counts_the_nodes_of_the_lattice_built(low, high, step):
+    from rs_lightning.agents.umnn import covering_lattice, lattice_nodes
+
+    for even in (False, True):
+        built = covering_lattice(low, high, step, even).size
+        assert built - 2 <= lattice_nodes(low, high, step) <= built
+
+
+def test_the_memory_estimate_names_the_largest_part_and_the_limit(compose):
+    from rs_lightning.engine.resources import check_memory, replay_bytes
+    from rs_lightning.envs.factory import env_problem
+    from rs_lightning.schema import validate
+
+    settings = validate(compose(["agent=dqn", "learning.replay_capacity=1000000"]))
+    problem = env_problem(settings.train.env)
+    # Risky rewards: 2 observations of 2 floats, an int64 action, 2 floats a transition.
+    assert replay_bytes(settings, problem) == 1_000_000 * (2 * problem.obs_dim * 4 + 16)
+    check_memory(settings, problem, host=(10**9, "a test figure"))
+    with pytest.raises(ConfigError) as error:
+        check_memory(settings, problem, host=(40 * 10**6, "a test figure"))
+    assert error.value.key == "learning.replay_capacity"
+    assert str(error.value).endswith(
+        "more than limits.memory_fraction=0.8 of the 40 MB available (a test figure), 32 MB; "
+        "lower learning.replay_capacity")

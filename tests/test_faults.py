@@ -16,9 +16,9 @@ import time
 import pytest
 import torch
 
+from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.errors import NumericalFault
 from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
-from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.train import run
 from rs_lightning.wandb_support import wandb_online_problem
 from tests.conftest import ROOT
@@ -230,7 +230,8 @@ def eval_files(folder, members: int) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The eval.json files of the uninterrupted runs, for one seed and for two."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from tests.conftest import CONF
 
@@ -400,6 +401,7 @@ def test_sigterm_during_the_final_evaluation_from_outside(tmp_path):
     assert process.returncode == 143, err[-3000:]
     assert not (run_dir / "eval.json").exists(), "the evaluation ended before the signal"
     lines = [line for line in err.splitlines() if line.startswith(("Error", "Stopped"))]
-    assert lines == [f"Stopped by SIGTERM: the run's state is in {run_dir / 'checkpoints'}/"
-                     "last.ckpt (update 100); the same command resumes it"], err[-3000:]
+    expected = (f"Stopped by SIGTERM: the run's state is in {run_dir / 'checkpoints'}/"
+                "last.ckpt (update 100); the same command resumes it")
+    assert lines == [expected], err[-3000:]
     assert "Traceback" not in err

@@ -110,9 +110,8 @@ def yaml_error(error, path: Path | str | None = None) -> ConfigError:
 
 def describe_hydra_error(error: BaseException) -> ConfigError:
     """A Hydra or OmegaConf composition error as a ConfigError naming the key or option."""
-    from hydra.errors import MissingConfigException
-
     import yaml
+    from hydra.errors import MissingConfigException
 
     if isinstance(error, ConfigError):
         return error

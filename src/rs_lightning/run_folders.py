@@ -12,9 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import make_members
@@ -28,8 +30,8 @@ from rs_lightning.engine.resources import check_resources
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.schema import ValidatedConfig, validate
-from rs_lightning.wandb_support import check_wandb_environment
 from rs_lightning.types import Problem
+from rs_lightning.wandb_support import check_wandb_environment
 
 FAILED = "failed.json"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
@@ -168,7 +170,8 @@ def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
         return []
     try:
         recorded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as error:  # YAML, decoding or interpolation errors of a damaged file
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as error:
+        # the YAML, decoding (a ValueError) or interpolation errors of a damaged file
         recorded = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
     if not isinstance(recorded, dict):
         raise ConfigError(
