@@ -6,6 +6,7 @@ input is reported as one line, ``Error in config: <key>: ...``, with exit status
 """
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -25,4 +26,4 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     from rs_lightning.cli import run_command
 
-    sys.exit(run_command(main))
+    sys.exit(run_command(main, config_dir=Path(__file__).resolve().parent / "conf"))

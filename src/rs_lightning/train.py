@@ -20,19 +20,22 @@ import datetime
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from rs_lightning.engine.build import (
     build, checkpoint_callbacks, make_trainer, member_checkpoint, quiet_lightning,
 )
-from rs_lightning.engine.callbacks import TrainingProgress
+from rs_lightning.engine.callbacks import RewardOutsideSupport, TrainingProgress
 from rs_lightning.engine.experience import member_seeds
 from rs_lightning.engine.loggers import close_loggers, make_loggers
 from rs_lightning.evaluation import evaluate_run
@@ -100,9 +103,43 @@ def _report_early_end(train, periodic: PeriodicEvaluation, steps: int, seconds: 
         print(f"[rs_lightning] trainer.max_time={train.trainer.max_time} spent after update "
               f"{steps} of {train.trainer.max_steps}", file=sys.stderr)
 
+class StopOnSigterm:
+    """The SIGTERM handler of a run: outside Lightning's training loop (building the run,
+    the final evaluation, writing the outputs) it stops the run at once with
+    SIGTERMException, which the job reports in one line; inside it, Lightning, which calls
+    this handler after its own, stops at the end of the update (CheckpointOnSigterm)."""
+
+    def __init__(self) -> None:
+        self.fitting = False
+
+    def __call__(self, signum, frame) -> None:
+        if not self.fitting:
+            raise SIGTERMException()
+
+    def install(self):
+        """Install it (main thread only, where Python runs signal handlers); returns the
+        handler to restore, or None."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGTERM, self)
+
 
 def run(cfg: DictConfig, run_dir: Path | None = None,
         checked: tuple[ValidatedConfig, int] | None = None) -> dict[str, Any]:
+    """Train, evaluate and write the run's outputs (see :func:`run_phases`), stopping with
+    SIGTERMException on SIGTERM in any phase."""
+    on_sigterm = StopOnSigterm()
+    previous = on_sigterm.install()
+    try:
+        return run_phases(cfg, run_dir, checked, on_sigterm)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_phases(cfg: DictConfig, run_dir: Path | None = None,
+               checked: tuple[ValidatedConfig, int] | None = None,
+               on_sigterm: StopOnSigterm | None = None) -> dict[str, Any]:
     """Train, evaluate and write the run's outputs; returns the evaluation summary (with
     several seeds: ``{"seeds": [...], "members": {seed: summary}}``).
 
@@ -156,11 +193,20 @@ def run(cfg: DictConfig, run_dir: Path | None = None,
             [folder / "eval_history.jsonl" for folder in folders], train.trainer.stop_at_return,
         )
         callbacks.append(periodic)
+        callbacks.append(RewardOutsideSupport(train.env.return_min, train.env.return_max))
         if train.callbacks.progress_bar:
             callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
         trainer = make_trainer(train, run_dir, callbacks)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
+        if on_sigterm is not None:
+            on_sigterm.fitting = True
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path)
+        finally:
+            if on_sigterm is not None:
+                on_sigterm.fitting = False
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
+        if trainer.received_sigterm:  # came after the last update's check: stop here
+            raise SIGTERMException()
         steps, env_steps = trainer.global_step, datamodule.env_steps
         _report_early_end(train, periodic, steps, module.clock.seconds())
         if not single:

@@ -68,6 +68,11 @@ class AgentConfig:
                 f"{list(self.hidden_sizes)}"
             )
 
+    def lattice_nodes(self, return_min: float, return_max: float) -> float:
+        """Integration nodes per state the agent evaluates on this return support (0: it
+        integrates nothing). A float: a tiny step gives a count too large for an int."""
+        return 0.0
+
 
 class Agent(nn.Module, ABC):
     """A distributional value network and its loss."""

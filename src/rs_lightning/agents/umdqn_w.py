@@ -114,6 +114,12 @@ class UMDQNWConfig(UMNNConfig):
                 f"(={self.fraction_scale / 2}), got {self.integration_step}"
             )
 
+    def lattice_span(self, return_min: float, return_max: float) -> tuple[float, float, str]:
+        """The network's variable u lies in [-fraction_scale / 2, fraction_scale / 2],
+        whatever the return support."""
+        half = 0.5 * self.fraction_scale
+        return -half, half, "agent.fraction_scale"
+
 
 @register_agent("umdqn_w", UMDQNWConfig)
 class UMDQNW(Agent):

@@ -79,6 +79,15 @@ class UMNNConfig(AgentConfig):
                 f"agent.integration_step: must be a positive float, got {self.integration_step}"
             )
 
+    def lattice_span(self, return_min: float, return_max: float) -> tuple[float, float, str]:
+        """The interval of the integration variable the lattice covers for every state, and
+        the keys that set it: for a network of the return, the return support."""
+        return return_min, return_max, "env.return_min/env.return_max"
+
+    def lattice_nodes(self, return_min: float, return_max: float) -> float:
+        low, high, _ = self.lattice_span(return_min, return_max)
+        return lattice_nodes(low, high, self.integration_step)
+
 
 # --------------------------------------------------------------------------------------------
 # The maths, as pure functions.
@@ -108,6 +117,13 @@ class Lattice(NamedTuple):
     def origin(self) -> int:
         """The position of the node at 0."""
         return -self.first
+
+
+def lattice_nodes(low: float, high: float, step: float) -> float:
+    """The number of nodes of :func:`covering_lattice` for ``[low, high]`` (within the two
+    it may add for Simpson's pairs), without building it: the one rule budgets and memory
+    estimates use (``limits.lattice_nodes``)."""
+    return (max(high, 0.0) - min(low, 0.0)) / step + 1.0
 
 
 def covering_lattice(low: float, high: float, step: float, even: bool) -> Lattice:

@@ -114,6 +114,36 @@ def terminal_width(stream) -> int | None:
     except (OSError, AttributeError, ValueError):
         return None
 
+class RewardOutsideSupport(pl.Callback):
+    """Warn once per run when a learnt reward (scaled and clipped) lies far outside the
+    declared return support [return_min, return_max], more than its width beyond either end:
+    the return distributions cannot represent such returns, and the support or
+    ``env.reward_scale`` is probably wrong. The replay memory's rewards are checked every
+    ``period`` updates (a min and a max, nothing per step)."""
+
+    def __init__(self, return_min: float, return_max: float, period: int = 500) -> None:
+        width = return_max - return_min
+        self.support = (return_min, return_max)
+        self.low, self.high = return_min - width, return_max + width
+        self.period = period
+        self.warned = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.warned or trainer.global_step % self.period not in (0, 1):
+            return
+        collector = getattr(trainer.datamodule, "collector", None)
+        if collector is None or not len(collector.replay):
+            return
+        rewards = collector.replay.reward[:, :len(collector.replay)]
+        low, high = float(rewards.min()), float(rewards.max())
+        if low >= self.low and high <= self.high:
+            return
+        self.warned = True
+        far = low if low < self.low else high
+        print(f"warning: a learnt reward of {far:g} lies far outside the return support "
+              f"[{self.support[0]:g}, {self.support[1]:g}] (env.return_min, env.return_max): "
+              "widen the support or scale the rewards (env.reward_scale)", file=sys.stderr)
+
 
 class TrainingProgress(pl.Callback):
     """Training progress over gradient updates: updates per second, time, epsilon, the recent
