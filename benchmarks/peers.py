@@ -33,9 +33,10 @@ published; the evaluation is the common one above):
   exploration fraction (0.16) is of its 50,000-step budget: epsilon reaches its end at step
   8,000 here too.
 
-The table gives each seed's time, the median over seeds (a seed not reached counts as
-infinitely slow) and the ratio of each of our medians to each peer's, with the targets of
-issue 19 against Tianshou's C51.
+A run that fails (its error is printed) shows as "failed", counts as not reached and makes
+the exit status 1. The table gives each seed's time, the median over seeds (a seed not
+reached counts as infinitely slow) and the ratio of each of our medians to each peer's, with
+the targets of issue 19 against Tianshou's C51.
 """
 
 from __future__ import annotations
@@ -603,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
             "runs": runs, **{k: v for k, v in summary.items()}},
             indent=1, default=str) + "\n")
-    return 0
+    return 1 if any(run.get("error") for run in runs) else 0  # a run that failed: say so
 
 
 if __name__ == "__main__":
