@@ -6,9 +6,14 @@ input is reported as one line, ``Error in config: <key>: ...``, with exit status
 """
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
+
+from rs_lightning.envs.derived_defaults import register_resolvers
+
+register_resolvers()  # conf/ derives some defaults from the environment (${rs.*})
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -21,4 +26,4 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     from rs_lightning.cli import run_command
 
-    sys.exit(run_command(main))
+    sys.exit(run_command(main, config_dir=Path(__file__).resolve().parent / "conf"))

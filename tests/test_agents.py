@@ -67,12 +67,14 @@ def make_batch(seed: int = 0, terminal: float = 0.3, size: int = 32) -> Transiti
     generator = torch.Generator().manual_seed(seed)
     states = torch.randint(9, (size,), generator=generator)
     next_states = torch.randint(9, (size,), generator=generator)
+    terminated = (torch.rand(size, generator=generator) < terminal).float()
     return Transitions(
         CELLS[states],
         torch.randint(4, (size,), generator=generator),
         (torch.randn(size, generator=generator) * 0.7).clamp(-2, 2),
         CELLS[next_states],
-        (torch.rand(size, generator=generator) < terminal).float(),
+        terminated,
+        GRID.gamma * (1.0 - terminated),
     )
 
 
@@ -330,7 +332,7 @@ def fitted_distribution(name: str, law: str, updates: int = 800) -> ReturnDistri
             rewards = torch.tensor([m.quantile(u) for u in generator.uniform(0.001, 0.999, 64)],
                                    dtype=torch.float32)
             batch = Transitions(CELLS[:1].expand(64, -1), torch.as_tensor(generator.integers(4, size=64)),
-                                rewards, CELLS[:1].expand(64, -1), torch.ones(64))
+                                rewards, CELLS[:1].expand(64, -1), torch.ones(64), torch.zeros(64))
             loss, _ = agent.loss(batch, target, choose)
             optimizer.zero_grad()
             loss.backward()
@@ -547,6 +549,7 @@ def train_two_state_chain(name: str, updates: int, lr: float = 1e-3):
             torch.where(first, 0.0, outcome.clamp(-2, 2)),
             s1.expand(32, 2),
             (~first).float(),
+            GRID.gamma * first.float(),
         )
         loss, _ = agent.loss(batch, target, utility.greedy)
         optimizer.zero_grad()
@@ -590,7 +593,8 @@ def test_every_distributional_agent_learns_a_bimodal_law_and_its_bootstrap(name)
     and E at s0 is gamma E at s1 within 0.1."""
     dist = train_two_state_chain(name, 2000)
     mean, var = expectation(dist), value_at_risk(dist, 0.1)
-    kappa = getattr(make_agent(name).config, "kappa", None)
+    agent = make_agent(name)
+    kappa = getattr(agent, "kappa", getattr(agent.config, "kappa", None))
     expected_mean, expected_var = huber_quantile_fixed_point(kappa) if kappa else (0.5, -1.025)
     assert abs(float(mean[0]) - expected_mean) < 0.1, (mean, expected_mean)
     assert abs(float(var[0]) - expected_var) < 0.25, (var, expected_var)

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rs_lightning.cli import check_overrides, describe_hydra_error
+from rs_lightning.cli import check_group_files, check_overrides, describe_hydra_error
 from rs_lightning.errors import ConfigError
 from rs_lightning.jobs import skip_resume_or_run
 from rs_lightning.train import run
-from tests.conftest import ROOT
+from tests.conftest import CONF, ROOT
 
 # The finished run the cases are aimed at: a short DQN run on risky rewards.
 FINISHED_RUN = [
@@ -42,6 +42,7 @@ class Case:
     cli: bool = False  # also through the real command line
     gpu_dependent: bool = False  # valid on a machine with a GPU
     extra: list[str] = field(default_factory=list)  # overrides put before the case's own
+    environ: dict[str, str] = field(default_factory=dict)  # environment variables set
 
 
 CASES = [
@@ -69,9 +70,126 @@ CASES = [
          "a positive integer"),
     Case("unknown non-finite action", ["learning.on_non_finite=ignore"],
          "learning.on_non_finite", "one of stop, skip"),
+    Case("zero update ratio", ["learning.updates_per_step=0"], "learning.updates_per_step",
+         "must be a positive number", cli=True),
+    Case("update ratio not a number", ["learning.updates_per_step=often"],
+         "learning.updates_per_step", "must be a number, got 'often'"),
+    Case("zero n-step", ["learning.n_step=0"], "learning.n_step", "must be a positive integer"),
+    Case("fractional n-step", ["learning.n_step=2.5"], "learning.n_step", "must be an integer"),
+    Case("max_time not a duration", ["trainer.max_time=soon"], "trainer.max_time",
+         "must be a positive number of seconds, HH:MM:SS or DD:HH:MM:SS", cli=True),
+    Case("negative max_time", ["trainer.max_time=-5"], "trainer.max_time",
+         "must be a positive number of seconds"),
+    Case("stop_at_return not a number", ["trainer.stop_at_return=high"], "trainer.stop_at_return",
+         "must be a number, got 'high'"),
+    Case("stop_at_return without evaluations", ["trainer.stop_at_return=475",
+                                                "evaluation.every_n_steps=0"],
+         "trainer.stop_at_return", "null without periodic evaluations"),
     Case("bool not a bool", ["callbacks.progress_bar=maybe"], "callbacks.progress_bar",
          "must be true or false"),
     Case("unknown agent name", ["agent.name=nope"], "agent", "unknown agent 'nope'; allowed:"),
+    # values that are not finite (every float key)
+    Case("lr infinite", ["learning.lr=inf"], "learning.lr", "must be a finite number, got inf",
+         cli=True),
+    Case("lr NaN", ["learning.lr=nan"], "learning.lr", "must be a finite number, got nan"),
+    Case("alpha NaN", ["alpha=nan"], "alpha", "must be a finite number"),
+    Case("rho infinite", ["rho=inf"], "rho", "must be a finite number"),
+    Case("return_min -inf", ["env.return_min=-inf"], "env.return_min",
+         "must be a finite number, got -inf"),
+    Case("return_max inf", ["env.return_max=inf"], "env.return_max", "must be a finite number"),
+    Case("reward_scale inf", ["env.reward_scale=inf"], "env.reward_scale",
+         "must be a finite number", cli=True),
+    Case("reward_clip inf", ["env.reward_clip=inf"], "env.reward_clip", "must be a finite number"),
+    Case("gamma NaN", ["env.gamma=nan"], "env.gamma", "must be a finite number"),
+    Case("adam_eps inf", ["learning.adam_eps=inf"], "learning.adam_eps", "must be a finite number"),
+    Case("grad_clip_norm inf", ["learning.grad_clip_norm=inf"], "learning.grad_clip_norm",
+         "must be a finite number"),
+    Case("epsilon_decay inf", ["learning.epsilon_decay=inf"], "learning.epsilon_decay",
+         "must be a finite number"),
+    Case("online_timeout inf", ["logger.online_timeout=inf"], "logger.online_timeout",
+         "must be a finite number"),
+    Case("progress refresh NaN", ["callbacks.progress_refresh_seconds=nan"],
+         "callbacks.progress_refresh_seconds", "must be a finite number"),
+    Case("integration_step inf", ["agent=rs_umdqn_c", "agent.integration_step=inf"],
+         "agent.integration_step", "must be a finite number"),
+    Case("kappa NaN", ["agent=qr_dqn", "agent.kappa=nan"], "agent.kappa",
+         "must be a finite number"),
+    Case("risk parameter inf", ["risk=wang", "risk.eta=inf"], "risk.eta",
+         "must be a finite number"),
+    Case("memory fraction NaN", ["limits.memory_fraction=nan"], "limits.memory_fraction",
+         "must be a finite number"),
+    # bounds: seeds, supports, counts and budgets, checked before anything is allocated
+    Case("seed 2^32", ["seed=4294967296"], "seed", "stays below 2^32 = 4294967296", cli=True),
+    Case("seed near 2^32 with parallel seeds", ["seed=4294967290", "parallel_seeds=8"], "seed",
+         "up to seed + parallel_seeds - 1 + 2 = 4294967299"),
+    Case("seed near 2^32 with environment copies", ["seed=4294967000", "env.num_envs=1000"],
+         "seed", "stays below 2^32"),
+    Case("return support of 1e30", ["env.return_min=-1e30", "env.return_max=1e30"],
+         "env.return_min", "must be within [-1e+06, 1e+06]", cli=True),
+    Case("return_max of 1e30", ["env.return_max=1e30"], "env.return_max",
+         "must be within [-1e+06, 1e+06]"),
+    Case("reward_scale of 1e30", ["env.reward_scale=1e30"], "env.reward_scale",
+         "positive and at most 1e+06"),
+    Case("reward_scale 0", ["env.reward_scale=0"], "env.reward_scale", "positive"),
+    Case("200000 environment copies", ["env.num_envs=200000"], "env.num_envs",
+         "must be at most 4096", cli=True),
+    Case("zero environment copies", ["env.num_envs=0"], "env.num_envs", "a positive integer"),
+    Case("a million evaluation environments", ["evaluation.batch_envs=1000000"],
+         "evaluation.batch_envs", "must be at most 65536"),
+    Case("zero evaluation environments", ["evaluation.batch_envs=0"], "evaluation.batch_envs",
+         "a positive integer"),
+    Case("thousands of parallel seeds", ["parallel_seeds=5000"], "parallel_seeds",
+         "must be at most 256"),
+    Case("zero parallel seeds", ["parallel_seeds=0"], "parallel_seeds", "a positive integer"),
+    Case("a million torch threads", ["hardware.torch_threads=1000000"], "hardware.torch_threads",
+         "must be at most 1024"),
+    Case("tiny integration step", ["agent=rs_umdqn_c", "agent.integration_step=1e-9"],
+         "agent.integration_step", "nodes per state (env.return_min/env.return_max span 4 "
+         "every 1e-09), over limits.lattice_nodes=1000", cli=True),
+    Case("wide support for the lattice", ["agent=umdqn_kl", "env.return_min=-100",
+                                          "env.return_max=100"],
+         "agent.integration_step", "raise agent.integration_step to at least 0.21"),
+    Case("tiny fraction step", ["agent=umdqn_w", "agent.integration_step=1e-6"],
+         "agent.integration_step", "agent.fraction_scale span 8"),
+    Case("zero lattice budget", ["limits.lattice_nodes=0"], "limits.lattice_nodes",
+         "a positive integer"),
+    Case("memory fraction above 1", ["limits.memory_fraction=2"], "limits.memory_fraction",
+         "in (0, 1]"),
+    Case("replay of terabytes", ["learning.replay_capacity=1000000000000"],
+         "learning.replay_capacity", "lower learning.replay_capacity", cli=True),
+    Case("replay of terabytes over parallel seeds", ["learning.replay_capacity=30000000000",
+                                                     "parallel_seeds=100"],
+         "learning.replay_capacity", "for parallel_seeds=100"),
+    Case("networks of terabytes", ["agent.hidden_sizes=[1000000,1000000]"],
+         "agent.hidden_sizes", "the networks: "),
+    Case("lattice of terabytes", ["agent=rs_umdqn_c", "limits.lattice_nodes=100000000",
+                                  "agent.integration_step=1e-7"],
+         "agent.integration_step", "the UMNN lattice: "),
+    # values of the wrong type or out of range, more keys
+    Case("seed not an integer", ["seed=1.5"], "seed", "must be an integer"),
+    Case("replay capacity 0", ["learning.replay_capacity=0"], "learning.replay_capacity",
+         "a positive integer"),
+    Case("batch above the replay", ["learning.batch_size=64", "learning.replay_capacity=32"],
+         "learning.batch_size", "at most learning.replay_capacity=32"),
+    Case("negative warmup", ["learning.warmup_steps=-1"], "learning.warmup_steps", ">= 0"),
+    Case("epsilon above 1", ["learning.epsilon_start=1.5"], "learning.epsilon_start",
+         "in [0, 1]"),
+    Case("unknown epsilon schedule", ["learning.epsilon_schedule=cosine"],
+         "learning.epsilon_schedule", "one of exponential, linear"),
+    Case("negative evaluation period", ["evaluation.every_n_steps=-5"],
+         "evaluation.every_n_steps", ">= 0"),
+    Case("zero log period", ["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps",
+         "a positive integer"),
+    Case("two devices", ["hardware.devices=2"], "hardware.devices", "1 (one device per run)"),
+    Case("unknown precision", ["hardware.precision=8-true"], "hardware.precision", "one of "),
+    Case("unknown observation normalization", ["env.observation_normalization=zscore"],
+         "env.observation_normalization", "one of "),
+    Case("zero max_episode_steps", ["env.max_episode_steps=0"], "env.max_episode_steps",
+         "a positive integer or null"),
+    Case("negative fault injection step", ["fault_injection.nan_loss_at_step=-1"],
+         "fault_injection.nan_loss_at_step", "a positive step or null"),
+    Case("empty hidden sizes", ["agent.hidden_sizes=[]"], "agent.hidden_sizes",
+         "a non-empty list of positive sizes"),
     # config group options that do not exist
     Case("unknown agent option", ["agent=nope"], "agent", "no option 'nope'; allowed:", cli=True),
     Case("unknown risk option", ["risk=nope"], "risk", "no option 'nope'; allowed:"),
@@ -120,6 +238,30 @@ CASES = [
     Case("unknown key", ["nope=1"], "nope", "unknown key"),
     Case("unknown nested key", ["learning.nope=1"], "learning.nope", "unknown key"),
     Case("adding a key that exists", ["+alpha=0.3"], "alpha", "already exists"),
+    # files: config group files that are not YAML mappings, damaged files in a run folder
+    Case("experiment file not YAML", ["experiment=broken", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/broken.yaml",
+         "is not valid YAML (line 3, column 6: while parsing a flow sequence", cli=True),
+    Case("experiment file of prose", ["experiment=prose", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/prose.yaml", "must hold `key: value` lines (a YAML mapping), "
+         "got a str: 'Train on the risky grid world'"),
+    Case("experiment file of a list", ["experiment=listed", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/listed.yaml", "got a list"),
+    Case("experiment file of binary bytes", ["experiment=binary",
+                                             "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/experiment/binary.yaml", "is not a text file (not UTF-8 at byte 1)"),
+    Case("env file not YAML", ["env=broken", "hydra.searchpath=[file://{tmp}/extra]"],
+         "{tmp}/extra/env/broken.yaml", "is not valid YAML"),
+    Case("damaged config.yaml in the run folder", ["hydra.run.dir={tmp}/damaged_config"],
+         "{tmp}/damaged_config/config.yaml", "is damaged (", cli=True, extra=FINISHED_RUN),
+    Case("config.yaml of a list in the run folder", ["hydra.run.dir={tmp}/listed_config"],
+         "{tmp}/listed_config/config.yaml", "so nothing is written there", extra=FINISHED_RUN),
+    # the environment of the process
+    Case("WANDB_MODE empty", ["logger=wandb"], "WANDB_MODE",
+         "must be unset or one of online, offline, disabled, dryrun, run, shared, got ''",
+         cli=True, environ={"WANDB_MODE": ""}),
+    Case("WANDB_MODE nonsense", ["logger=wandb"], "WANDB_MODE", "got 'nonsense'",
+         environ={"WANDB_MODE": "nonsense"}),
     # the output folder
     Case("output folder under a file", ["hydra.run.dir={tmp}/garbage.ckpt/run"],
          "hydra.run.dir", "is a file, not a folder", cli=True),
@@ -145,6 +287,19 @@ def files(tmp_path_factory):
     (tmp / "garbage.ckpt").write_bytes(os.urandom(4096))
     (tmp / "truncated.ckpt").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     (tmp / "empty.ckpt").write_bytes(b"")
+    for group, name, content in (
+        ("experiment", "broken", b"# @package _global_\nfoo: [1, 2\n  bar: : x\n"),
+        ("experiment", "prose", b"Train on the risky grid world\n"),
+        ("experiment", "listed", b"- alpha\n- rho\n"),
+        ("experiment", "binary", b"\x00\xff\xfe\x00"),
+        ("env", "broken", b"id: [\n"),
+    ):
+        (tmp / "extra" / group).mkdir(parents=True, exist_ok=True)
+        (tmp / "extra" / group / f"{name}.yaml").write_bytes(content)
+    for folder, content in (("damaged_config", b"alpha: 0.5\nseed: [\x00\n"),
+                            ("listed_config", b"- alpha\n")):
+        shutil.copytree(finished, tmp / folder)
+        (tmp / folder / "config.yaml").write_bytes(content)
     return {"tmp": tmp, "finished": finished, "dqn_ckpt": good}
 
 
@@ -167,6 +322,7 @@ def error_in_process(compose, overrides: list[str], run_dir: Path) -> ConfigErro
     """The error the command line would report, raised by the same checks in-process."""
     try:
         check_overrides(overrides)
+        check_group_files(overrides, CONF)
         cfg = compose([o for o in overrides if not o.startswith("hydra.run.dir=")])
     except ConfigError as error:
         return error
@@ -180,8 +336,8 @@ def error_in_process(compose, overrides: list[str], run_dir: Path) -> ConfigErro
     return error.value
 
 
-def test_the_table_has_at_least_25_bad_inputs():
-    assert len(CASES) >= 25
+def test_the_table_has_at_least_80_bad_inputs():
+    assert len(CASES) >= 80
     assert len({c.id for c in CASES}) == len(CASES)
     assert sum(c.cli for c in CASES) >= 10
 
@@ -191,16 +347,27 @@ def skip_if_gpu(case: Case) -> None:
         pytest.skip("this machine has a GPU: the option is valid here")
 
 
+def target_folder(overrides: list[str], files) -> Path:
+    """The run folder a case is aimed at: its hydra.run.dir, else the finished run."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")]
+    return Path(given[-1]) if given else files["finished"]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_one_clear_error_and_writes_nothing(compose, files, case):
+def test_bad_input_is_one_clear_error_and_writes_nothing(compose, files, case, monkeypatch):
     skip_if_gpu(case)
-    before = snapshot(files["finished"])
-    error = error_in_process(compose, overrides_of(case, files), files["finished"])
+    for name, value in case.environ.items():
+        monkeypatch.setenv(name, value)
+    overrides = overrides_of(case, files)
+    folder = target_folder(overrides, files)
+    before = snapshot(folder) if folder.is_dir() else {}
+    error = error_in_process(compose, overrides, files["finished"])
     message = str(error)
-    assert error.key == case.key, message
-    assert message.startswith(f"{case.key}: ") and "\n" not in message
+    key = case.key.format(tmp=files["tmp"])
+    assert error.key == key, message
+    assert message.startswith(f"{key}: ") and "\n" not in message
     assert case.allowed in message
-    assert snapshot(files["finished"]) == before
+    assert (snapshot(folder) if folder.is_dir() else {}) == before
 
 
 # ------------------------------------------------------------------ the real command line
@@ -213,32 +380,63 @@ def cli_results(files):
     run (so that a case writing into it is caught as that case)."""
 
     def one(case: Case):
-        target = files["tmp"] / f"cli_{CASES.index(case)}"
-        shutil.copytree(files["finished"], target)
-        before = snapshot(target)
         args = overrides_of(case, files)
-        if not any(o.startswith("hydra.run.dir=") for o in args):
+        target = files["tmp"] / f"cli_{CASES.index(case)}"
+        if any(o.startswith("hydra.run.dir=") for o in args):
+            target = target_folder(args, files)
+        else:
+            shutil.copytree(files["finished"], target)
             args.append(f"hydra.run.dir={target}")
-        env = dict(os.environ, WANDB_MODE="offline")
+        before = snapshot(target) if target.is_dir() else {}
+        env = {**os.environ, "WANDB_MODE": "offline", **case.environ}
         env.pop("HYDRA_FULL_ERROR", None)
         result = subprocess.run(
             [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )
-        return result, before == snapshot(target)
+        return result, before == (snapshot(target) if target.is_dir() else {})
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         return dict(zip((c.id for c in CLI_CASES), pool.map(one, CLI_CASES)))
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
-def test_bad_input_on_the_command_line(cli_results, case):
+def test_bad_input_on_the_command_line(cli_results, files, case):
     skip_if_gpu(case)
     result, untouched = cli_results[case.id]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1, result.stderr[-2000:]
-    assert lines[0].startswith(f"Error in config: {case.key}: ")
+    assert lines[0].startswith(f"Error in config: {case.key.format(tmp=files['tmp'])}: ")
     assert case.allowed in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert untouched, "the command wrote into the existing run's folder"
+
+
+# ------------------------------------------------------------------ the budgets' rules
+@pytest.mark.parametrize("low, high, step", [(-2.0, 2.0, 0.02), (0.5, 3.0, 0.07), (-100.0, -3.0, 0.3),
+                                             (-4.0, 4.0, 0.04)])
+def test_the_lattice_rule_counts_the_nodes_of_the_lattice_built(low, high, step):
+    from rs_lightning.agents.umnn import covering_lattice, lattice_nodes
+
+    for even in (False, True):
+        built = covering_lattice(low, high, step, even).size
+        assert built - 2 <= lattice_nodes(low, high, step) <= built
+
+
+def test_the_memory_estimate_names_the_largest_part_and_the_limit(compose):
+    from rs_lightning.engine.resources import check_memory, replay_bytes
+    from rs_lightning.envs.factory import env_problem
+    from rs_lightning.schema import validate
+
+    settings = validate(compose(["agent=dqn", "learning.replay_capacity=1000000"]))
+    problem = env_problem(settings.train.env)
+    # Risky rewards: 2 observations of 2 floats, an int64 action, 2 floats a transition.
+    assert replay_bytes(settings, problem) == 1_000_000 * (2 * problem.obs_dim * 4 + 16)
+    check_memory(settings, problem, host=(10**9, "a test figure"))
+    with pytest.raises(ConfigError) as error:
+        check_memory(settings, problem, host=(40 * 10**6, "a test figure"))
+    assert error.value.key == "learning.replay_capacity"
+    assert str(error.value).endswith(
+        "more than limits.memory_fraction=0.8 of the 40 MB available (a test figure), 32 MB; "
+        "lower learning.replay_capacity")

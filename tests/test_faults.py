@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -9,14 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 import torch
 
+from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.errors import NumericalFault
 from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
-from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.train import run
 from rs_lightning.wandb_support import wandb_online_problem
 from tests.conftest import ROOT
@@ -196,3 +198,210 @@ def test_no_wandb_credentials_means_offline_without_a_prompt(monkeypatch, tmp_pa
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
     assert "no W&B credentials" in wandb_online_problem(timeout=1.0)
+
+
+# ---------------------------------------------------------------- faults in every phase
+# A short run with a checkpoint at updates 100 and 200 and one periodic evaluation; the
+# same command (rs_lightning.jobs.run_job, in-process: the run folder is the working
+# directory outside Hydra) after each fault must end with the uninterrupted run's eval.json.
+PHASED = ["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+          "trainer.max_steps=200", "evaluation.every_n_steps=100",
+          "evaluation.episodes_during_training=20", "evaluation.episodes=100"]
+
+
+def run_job_here(compose, overrides, folder, monkeypatch) -> int:
+    """The job ``python train.py <overrides> hydra.run.dir=<folder>`` runs; its exit status."""
+    from rs_lightning.jobs import run_job
+
+    folder.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(folder)
+    try:
+        run_job(compose(overrides))
+    except SystemExit as stop:
+        return stop.code
+    return 0
+
+
+def eval_files(folder, members: int) -> dict[str, bytes]:
+    names = ["eval.json"] if members == 1 else [f"seed_{s}/eval.json" for s in range(members)]
+    return {name: (folder / name).read_bytes() for name in names}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The eval.json files of the uninterrupted runs, for one seed and for two."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from tests.conftest import CONF
+
+    results = {}
+    for members in (1, 2):
+        folder = tmp_path_factory.mktemp(f"uninterrupted_{members}")
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = hydra_compose("train", [*PHASED, f"parallel_seeds={members}"])
+        run(cfg, run_dir=folder)
+        results[members] = eval_files(folder, members)
+    return results
+
+
+def failing_writes(monkeypatch, name: str, error_number: int, after: int = 0) -> None:
+    """Atomic writes of files called ``name`` fail with ``error_number`` from the
+    (after + 1)-th on, as on a disk that fills up or a folder made read-only mid-run."""
+    real = tempfile.mkstemp
+    seen = []
+
+    def mkstemp(*args, prefix=None, **kwargs):
+        if prefix == f".{name}.":
+            seen.append(name)
+            if len(seen) > after:
+                raise OSError(error_number, os.strerror(error_number))
+        return real(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+def fault_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-3000:]
+    return [line for line in err.splitlines() if line.startswith(("Error", "Stopped"))]
+
+
+WRITE_FAULTS = [
+    # (phase, the file whose write fails, writes of it that succeed first, errno, members,
+    #  the last good checkpoint's step)
+    ("training", "step0000200.ckpt", 0, errno.ENOSPC, 1, 100),
+    ("training", "step0000200.ckpt", 0, errno.ENOSPC, 2, 100),
+    ("training", "last.ckpt", 1, errno.EACCES, 1, 200),  # after step0000200.ckpt
+    ("final evaluation", "eval.json", 0, errno.ENOSPC, 1, 200),
+    ("final evaluation", "eval.json", 1, errno.ENOSPC, 2, 200),
+    ("writing outputs", "members.json", 0, errno.EDQUOT, 2, 200),
+    ("writing outputs", "policy.json", 0, errno.EROFS, 1, 200),
+]
+
+
+@pytest.mark.parametrize("phase, name, after, error_number, members, good", WRITE_FAULTS,
+                         ids=[f"{f[0]}-{f[1]}-{errno.errorcode[f[3]]}-K{f[4]}" for f in WRITE_FAULTS])
+def test_a_failed_write_is_one_line_and_the_same_command_resumes(
+        compose, tmp_path, monkeypatch, capsys, uninterrupted, phase, name, after, error_number,
+        members, good):
+    overrides = [*PHASED, f"parallel_seeds={members}"]
+    if name == "policy.json":
+        overrides.append("env=risky_grid_world")  # a grid world writes policy.json
+    with monkeypatch.context() as patch:
+        failing_writes(patch, name, error_number, after)
+        status = run_job_here(compose, overrides, tmp_path, monkeypatch)
+    assert status == 4
+    (line,) = fault_lines(capsys)
+    assert line.startswith(f"Error writing the run: {os.strerror(error_number)}: ")
+    assert f"{name}; the run stopped and its last good checkpoint is " in line
+    assert f"last.ckpt (step {good})" in line or f"step{good:07d}.ckpt (step {good})" in line
+    assert "then run the same command: it resumes from there" in line
+    assert not list(tmp_path.rglob(".*.tmp")), "a temporary file was left behind"
+    if name == "policy.json":
+        return  # another environment than the uninterrupted runs
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    assert eval_files(tmp_path, members) == uninterrupted[members]
+
+
+SIGTERM_PHASES = [
+    # (phase, the function during which SIGTERM arrives, members)
+    ("training", "rs_lightning.periodic_evaluation.evaluate_policy", 1),
+    ("training", "rs_lightning.periodic_evaluation.evaluate_policy", 2),
+    ("final evaluation", "rs_lightning.train.evaluate_run", 1),
+    ("final evaluation", "rs_lightning.train.evaluate_run", 2),
+    ("writing outputs", "rs_lightning.evaluation.write_json_atomic", 1),
+    ("writing outputs", "rs_lightning.train.write_json_atomic", 2),
+]
+
+
+@pytest.mark.parametrize("phase, target, members", SIGTERM_PHASES,
+                         ids=[f"{p[0]}-K{p[2]}" for p in SIGTERM_PHASES])
+def test_sigterm_in_any_phase_is_one_line_and_the_same_command_resumes(
+        compose, tmp_path, monkeypatch, capsys, uninterrupted, phase, target, members):
+    module_name, _, function = target.rpartition(".")
+    module = __import__(module_name, fromlist=[function])
+    real = getattr(module, function)
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered before the next bytecode
+        return real(*args, **kwargs)
+
+    overrides = [*PHASED, f"parallel_seeds={members}"]
+    handler = signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as patch:
+        patch.setattr(module, function, signalled)
+        status = run_job_here(compose, overrides, tmp_path, monkeypatch)
+    assert status == 143
+    (line,) = fault_lines(capsys)
+    assert line.startswith("Stopped by SIGTERM: the run's state is in ")
+    assert "last.ckpt (update " in line and line.endswith("the same command resumes it")
+    assert signal.getsignal(signal.SIGTERM) == handler  # the run restored it
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    assert eval_files(tmp_path, members) == uninterrupted[members]
+
+
+# ---------------------------------------------------------------- damaged files in a run folder
+def test_damaged_lines_of_a_history_are_dropped_with_a_warning(tmp_path, capsys):
+    history = tmp_path / "eval_history.jsonl"
+    history.write_bytes(b'{"step": 100, "utility": 0.1}\n\xff\xfe\x00garbage\n[1, 2]\n"text"\n'
+                        b'{"step": 200, "utility": 0.2}\n')
+    assert [r["step"] for r in read_jsonl(history)] == [100, 200]
+    assert capsys.readouterr().err.count("skipping an unreadable line") == 3
+    truncate_jsonl(history, lambda r: r["step"] <= 100)  # what a resume from step 100 keeps
+    assert history.read_text() == '{"step": 100, "utility": 0.1}\n'
+
+
+def test_a_damaged_members_json_makes_the_same_command_evaluate_again(
+        compose, tmp_path, monkeypatch, uninterrupted):
+    """members.json marks a several-seed run finished; damaged, the job resumes from its
+    final checkpoint and writes it again, with the same evaluations."""
+    overrides = [*PHASED, "parallel_seeds=2"]
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    members = (tmp_path / "members.json").read_bytes()
+    (tmp_path / "members.json").write_bytes(members[: len(members) // 2])
+    assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
+    assert (tmp_path / "members.json").read_bytes() == members
+    assert eval_files(tmp_path, 2) == uninterrupted[2]
+
+
+# ---------------------------------------------------------------- rewards and the support
+def test_a_reward_far_outside_the_return_support_warns_once(compose, tmp_path, capsys):
+    # Risky rewards pays about -1 to +1 a step; a support of [-0.1, 0.1] cannot hold it.
+    run(compose([*PHASED, "env.return_min=-0.1", "env.return_max=0.1"]), run_dir=tmp_path / "a")
+    err = capsys.readouterr().err
+    assert err.count("lies far outside the return support [-0.1, 0.1]") == 1, err[-2000:]
+    assert "(env.return_min, env.return_max)" in err and "env.reward_scale" in err
+    run(compose(PHASED), run_dir=tmp_path / "b")
+    assert "far outside" not in capsys.readouterr().err
+
+
+def test_sigterm_during_the_final_evaluation_from_outside(tmp_path):
+    """The real signal, sent by another process while the final evaluation runs (the run's
+    last checkpoint is written, eval.json not yet): one line, exit 143, and the same command
+    then only evaluates."""
+    run_dir = tmp_path / "run"
+    args = [*QUICK_DQN, "trainer.max_steps=100", "evaluation.every_n_steps=0",
+            "evaluation.episodes=200000", "evaluation.batch_envs=100", "logger=none",
+            f"hydra.run.dir={run_dir}"]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
+            env=dict(os.environ, WANDB_MODE="offline"), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+        final = run_dir / "checkpoints" / "step0000100.ckpt"
+        deadline = time.monotonic() + 240
+        while not final.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # into the final evaluation (200,000 episodes take much longer)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    err = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 143, err[-3000:]
+    assert not (run_dir / "eval.json").exists(), "the evaluation ended before the signal"
+    lines = [line for line in err.splitlines() if line.startswith(("Error", "Stopped"))]
+    expected = (f"Stopped by SIGTERM: the run's state is in {run_dir / 'checkpoints'}/"
+                "last.ckpt (update 100); the same command resumes it")
+    assert lines == [expected], err[-3000:]
+    assert "Traceback" not in err

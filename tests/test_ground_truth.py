@@ -103,3 +103,48 @@ def test_evaluation_progress_bar_counts_every_episode(capsys):
     evaluate_policy(policy, env_config(name), Utility(1.0), 0.1, episodes=1200, seed=0, progress=True)
     err = capsys.readouterr().err
     assert "evaluation" in err and "1200/1200" in err and "R_s=1" in err
+
+
+def two_stage_config():
+    return OmegaConf.create(
+        {"id": "rs_lightning/TwoStage-v0", "kwargs": {"max_steps": 10}, "gamma": 0.9,
+         "grid_size": 3}
+    )
+
+
+def test_objective_references_on_a_world_where_the_objectives_disagree():
+    """TwoStage: the per-decision fixed point goes green, the static optimum orange; a policy
+    at the fixed point leaves exactly the difference of the two static utilities."""
+    from rs_lightning.envs.exact_policies import per_decision_fixed_point, static_optimum
+    from rs_lightning.ground_truth import objective_references
+
+    utility = Utility(0.5, "var", {"rho": 0.1})
+    fixed_point = per_decision_fixed_point("two_stage", utility, gamma=0.9)
+    best = static_optimum("two_stage", utility, gamma=0.9)
+    at_fixed_point = objective_references(table_policy(fixed_point.policy), two_stage_config(),
+                                          utility)
+    assert at_fixed_point["per_decision_path"] == "green"
+    assert at_fixed_point["static_optimum_path"] == "orange"
+    assert at_fixed_point["exact_static_utility"] == pytest.approx(
+        at_fixed_point["per_decision_static_utility"], abs=1e-12)
+    assert at_fixed_point["static_gap"] == pytest.approx(
+        best.utility - fixed_point.discounted.utility, abs=1e-12)
+    assert at_fixed_point["static_gap"] > 0.05
+    at_optimum = objective_references(table_policy(best.policy), two_stage_config(), utility)
+    assert at_optimum["static_gap"] == pytest.approx(0.0, abs=1e-12)
+    assert at_optimum["exact_static_utility"] == pytest.approx(best.utility, abs=1e-12)
+
+
+def test_objective_references_off_the_grid_worlds_and_without_a_closed_form():
+    from rs_lightning.ground_truth import objective_references
+
+    off_grid = OmegaConf.create({"id": "CartPole-v1", "kwargs": {}, "gamma": 0.99,
+                                 "grid_size": None})
+    utility = Utility(0.5, "var", {"rho": 0.1})
+    assert objective_references(table_policy({}), off_grid, utility) is None
+    wang = Utility(0.5, "wang", {"eta": -0.75})
+    policy = table_policy(PAPER_PATHS["risky_rewards"]["green"])
+    references = objective_references(policy, env_config("risky_rewards"), wang)
+    law = exact_return("risky_rewards", PAPER_PATHS["risky_rewards"]["green"], gamma=0.9)
+    assert set(references) == {"exact_static_utility"}
+    assert references["exact_static_utility"] == pytest.approx(exact_utility(law.mixture, wang))

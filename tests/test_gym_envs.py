@@ -281,12 +281,14 @@ def test_cliff_walking_preset_expectation_path_hugs_the_cliff_and_var_averse_pat
 
 
 # ------------------------------------------------------------------------ env copies
-def one_member_collector(section, copies: int, capacity: int, reward_scale: float = 1.0):
-    """The engine's collector for one member (seed 0) on ``copies`` env copies."""
+def one_member_collector(section, copies: int, capacity: int, reward_scale: float = 1.0,
+                         **schedule):
+    """The engine's collector for one member (seed 0) on ``copies`` env copies; ``schedule``:
+    ``n_step``, ``updates_per_step``."""
     env = make_env(section)
     replay = ReplayMemory(capacity, env.observation_space.shape, seeds=[1])
     return Collector(make_copies(section, list(range(copies))), replay, 1, copies,
-                     reward_scale, None)
+                     reward_scale, None, section.gamma, **schedule)
 
 
 def test_env_copies_store_each_copy_with_its_own_final_state():
@@ -322,7 +324,7 @@ def test_env_copies_make_one_update_per_environment_step():
     batches = [next(stream) for _ in range(9)]
     # Warm-up: 3 steps of the copies (12 transitions); updates then follow transition 11, 12, ...
     assert [b.env_steps for b in batches] == list(range(11, 20))
-    assert collector.env_steps == 20 and collector.pending_updates == 1
+    assert collector.env_steps == 20 and collector.update_credit == 1
 
 
 def test_copies_act_as_one_environment_row_by_row(compose):
@@ -353,7 +355,7 @@ def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
     # Update 50 is transition 70 of a vector step that collected 70-72: two updates pending.
     checkpoint = tmp_path / "full" / "checkpoints" / "step0000050.ckpt"
     state = torch.load(checkpoint, weights_only=True)
-    assert state["ExperienceDataModule"]["collector"]["pending_updates"] == 2
+    assert state["ExperienceDataModule"]["collector"]["update_credit"] == 2
     resumed = run(compose([*VECTOR_RUN, f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
     assert resumed == full and full["env_steps"] == 141  # transitions collected (1 pending)
     assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()

@@ -90,7 +90,7 @@ def plain_iqn_loss(agent, batch, target, choose_action):
         targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
     fractions = torch.rand(32, config.n_fractions)
     quantiles = agent.quantiles(batch.obs, fractions)[torch.arange(32), batch.action]
-    return quantile_huber_loss(quantiles, fractions, targets, config.kappa).mean()
+    return quantile_huber_loss(quantiles, fractions, targets, agent.kappa).mean()
 
 
 def test_iqn_loss_is_the_plain_loss_with_the_same_draws():
@@ -159,3 +159,17 @@ def test_umdqn_w_initialisation_keeps_a_trainable_conditioner():
         offset = agent.quantile_curves(CELLS).offset
     assert offset.std() > 0
 
+
+
+@pytest.mark.parametrize("name", ["qr_dqn", "iqn"])
+def test_the_default_huber_threshold_is_a_share_of_the_return_support(name):
+    """kappa null: 2.5 % of the support's width (0.1 on the grid worlds' [-2, 2], where
+    docs/qr_dqn_kappa.py finds the loss's fixed points at the quantiles); a number wins."""
+    from rs_lightning.agents.quantile_loss import KAPPA_SHARE_OF_SUPPORT
+
+    default = make_agent(name)
+    assert default.config.kappa is None
+    assert default.kappa == pytest.approx(0.1)
+    assert KAPPA_SHARE_OF_SUPPORT * (default.problem.return_max - default.problem.return_min) \
+        == pytest.approx(default.kappa)
+    assert make_agent(name, kappa=1.0).kappa == 1.0

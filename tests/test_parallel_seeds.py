@@ -63,10 +63,10 @@ def test_members_give_each_agents_distribution_and_loss(name, states):
     obs = observations()
     dist = stacked.return_distribution(obs)
     utility = Utility(0.5, "var", {"rho": 0.1})
+    terminated = (torch.rand(3, 16, generator=gen) < 0.3).float()
     batch = Transitions(
         obs, torch.randint(0, 4, (3, 16), generator=gen), torch.randn(3, 16, generator=gen) * 0.3,
-        observations(),
-        (torch.rand(3, 16, generator=gen) < 0.3).float(),
+        observations(), terminated, PROBLEM.gamma * (1.0 - terminated),
     )
     losses, metrics = stacked.loss(batch, stacked, utility.greedy)
     assert losses.shape == (3,)

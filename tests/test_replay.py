@@ -17,7 +17,7 @@ def add(replay, obs, action, reward, next_obs, terminated):
     """One transition of a one-member memory."""
     replay.add(torch.tensor([[obs]], dtype=torch.float32), torch.tensor([[action]]),
                torch.tensor([[reward]]), torch.tensor([[next_obs]], dtype=torch.float32),
-               torch.tensor([[float(terminated)]]))
+               torch.tensor([[float(terminated)]]), torch.tensor([[0.0 if terminated else 0.9]]))
 
 
 def test_replay_ring_overwrites_the_oldest_and_samples_only_stored_rows():
@@ -94,10 +94,10 @@ def test_members_sample_as_their_own_memories_and_copies_land_in_order():
         obs = torch.stack([values, -values], dim=-1)  # [N, 2]
         for k, memory in enumerate(alone):
             memory.add(obs[None] + k, torch.zeros(1, 3, dtype=torch.long), values[None] + k,
-                       obs[None] + k, torch.zeros(1, 3))
+                       obs[None] + k, torch.zeros(1, 3), torch.full((1, 3), 0.9))
         together.add(torch.stack([obs, obs + 1]), torch.zeros(2, 3, dtype=torch.long),
                      torch.stack([values, values + 1]), torch.stack([obs, obs + 1]),
-                     torch.zeros(2, 3))
+                     torch.zeros(2, 3), torch.full((2, 3), 0.9))
     assert together.reward[0].tolist() == [6.0, 7.0, 8.0, 9.0, 10.0, 11.0]
     assert (together.size, together.position) == (6, 0)
     batch = together.sample(32)

@@ -300,3 +300,22 @@ def test_the_results_table_and_curves_read_run_folders_without_the_training_code
                             capture_output=True, text=True).stdout.split()
     training = ("train", "engine", "jobs", "runs", "agents")
     assert not [m for m in loaded if m.startswith("rs_lightning.") and m.split(".")[1] in training]
+
+
+def test_the_exact_table_shows_the_static_utility_and_its_gap():
+    from rs_lightning.results import table_columns, table_rows
+
+    rows = []
+    for seed, gap in enumerate([0.0, 0.2]):
+        row = eval_row(RISKY_REWARDS, "c51", seed, 0.1, -0.1, green=True)
+        row.update({f"exact_{m}": row[m] for m in ("expectation", "var", "cvar", "utility",
+                                                    "risk_outcome")})
+        row.update(exact_static_utility=0.5 - gap, static_optimum=0.5, static_gap=gap)
+        rows.append(row)
+    table = summarize(rows)
+    columns = table_columns(table, "exact")
+    (cells,) = table_rows(table, "exact")
+    shown = dict(zip(columns, cells))
+    assert shown["static U"] == "0.400 ± 0.141"
+    assert shown["static optimum"] == "0.500 ± 0.000"
+    assert shown["static gap"] == "0.100 ± 0.141"

@@ -921,3 +921,13 @@ def test_gradients_through_atoms_and_quantiles(dtype):
     assert_close(g, expected)
     (g,) = torch.autograd.grad(value_at_risk(from_quantiles(q), 0.25), q)
     assert_close(g, torch.eye(10, dtype=dtype)[2])
+
+
+def test_mass_at_the_ends_of_a_support():
+    from rs_lightning.risk import from_atoms
+
+    dist = from_atoms(torch.tensor([[-2.0, -1.0, 0.0, 1.0, 2.0], [-3.0, -1.0, 0.0, 1.0, 1.999]]),
+                      torch.tensor([[0.1, 0.2, 0.3, 0.2, 0.2], [0.05, 0.25, 0.3, 0.2, 0.2]]))
+    share = dist.mass_at_ends(-2.0, 2.0)
+    assert torch.allclose(share, torch.tensor([0.3, 0.25]))  # 1.999 is within 0.004 of 2
+    assert torch.allclose(dist.mass_at_ends(-5.0, 5.0), torch.zeros(2))

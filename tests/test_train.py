@@ -189,3 +189,22 @@ def test_compiled_agent_trains_like_the_eager_one(compose, tmp_path):
     assert (tmp_path / "compiled" / "policy.json").read_text() == (
         tmp_path / "eager" / "policy.json").read_text()
     assert compiled["expectation"] == pytest.approx(eager["expectation"], abs=1e-9)
+
+
+def test_a_support_too_narrow_for_the_learned_law_is_warned_of_once(tmp_path):
+    """C51 on risky rewards with the support [-0.3, 0.3]: the goals' +-1 returns pile on the
+    end atoms, and the run says so once, naming the keys; the default support says nothing."""
+    settled = "learning.target_update_period=10"  # judged from 10 target copies and half the budget
+    narrow = train_cli("agent=c51", "debug=quick", "logger=csv", "env.return_min=-0.3",
+                       "env.return_max=0.3", settled, f"hydra.run.dir={tmp_path / 'narrow'}")
+    assert narrow.returncode == 0, narrow.stderr[-3000:]
+    warnings = [line for line in (narrow.stdout + narrow.stderr).splitlines()
+                if "ends of the return support" in line]
+    assert len(warnings) == 1, warnings
+    assert "env.return_min / env.return_max" in warnings[0]
+    share = float(warnings[0].split("put ")[1].split(" %")[0])
+    assert share > 5.0
+    default = train_cli("agent=c51", "debug=quick", "logger=csv", settled,
+                        f"hydra.run.dir={tmp_path / 'default'}")
+    assert default.returncode == 0, default.stderr[-3000:]
+    assert "ends of the return support" not in default.stdout + default.stderr

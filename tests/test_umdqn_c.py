@@ -197,6 +197,7 @@ def transitions(obs, action, reward, next_obs, terminated) -> Transitions:
         torch.as_tensor(reward, dtype=torch.float32),
         torch.as_tensor(next_obs, dtype=torch.float32),
         torch.as_tensor(terminated, dtype=torch.float32),
+        GRID.gamma * (1.0 - torch.as_tensor(terminated, dtype=torch.float32)),
     )
 
 
@@ -342,7 +343,7 @@ def learn_bandit(loss: str, phases: list[tuple[int, float]], seed: int = 0) -> f
         for _ in range(steps):
             mode = torch.where(torch.rand(32, generator=generator) < 0.75, 1.0, -1.0)
             reward = mode + 0.1 * torch.randn(32, generator=generator)
-            batch = Transitions(obs, action, reward, obs, torch.ones(32))
+            batch = Transitions(obs, action, reward, obs, torch.ones(32), torch.zeros(32))
             loss_value, _ = agent.loss(batch, target, choose_action)
             optimizer.zero_grad()
             loss_value.backward()

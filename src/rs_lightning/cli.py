@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
@@ -54,12 +55,68 @@ def check_overrides(overrides: list[str]) -> None:
             ) from None
 
 
+def _search_path(overrides: list[str], config_dir: Path | None) -> list[Path]:
+    """The folders Hydra composes from: the primary config folder and the ``file://``
+    entries of a ``hydra.searchpath=[...]`` override."""
+    folders = [config_dir] if config_dir is not None else []
+    for override in overrides:
+        if override.startswith("hydra.searchpath="):
+            entries = override.split("=", 1)[1].strip("[]").split(",")
+            folders += [Path(e.strip().strip("'\"")[len("file://"):]) for e in entries
+                        if e.strip().strip("'\"").startswith("file://")]
+    return folders
+
+
+def check_group_files(overrides: list[str], config_dir: Path | None) -> None:
+    """ConfigError naming a config group file chosen on the command line (``experiment=x``,
+    ``env=y``) that is not a YAML mapping: not UTF-8 text, not YAML, or a list or a sentence
+    where ``key: value`` lines belong (Hydra would fail without naming the file, or compose
+    nothing from it)."""
+    for override in overrides:
+        group, _, option = override.lstrip("+").partition("=")
+        if not option or "." in group or group.startswith("~") or "," in option:
+            continue
+        for folder in _search_path(overrides, config_dir):
+            path = folder / group / f"{option}.yaml"
+            if path.is_file():
+                check_yaml_mapping(path)
+                break
+
+
+def check_yaml_mapping(path: Path) -> None:
+    import yaml
+
+    try:
+        content = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), f"is not a text file (not UTF-8 at byte {error.start})"
+                          ) from None
+    except yaml.YAMLError as error:
+        raise yaml_error(error, path) from None
+    if content is not None and not isinstance(content, dict):
+        raise ConfigError(str(path), f"must hold `key: value` lines (a YAML mapping), got a "
+                          f"{type(content).__name__}: {str(content)[:60]!r}")
+
+
+def yaml_error(error, path: Path | str | None = None) -> ConfigError:
+    """A YAML syntax error as one line naming the file, the line and the problem."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    name = str(path) if path is not None else (mark.name if mark else "config file")
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = " ".join(filter(None, (getattr(error, "context", None),
+                                     getattr(error, "problem", None)))) or str(error)
+    return ConfigError(name, f"is not valid YAML ({where}{problem})")
+
+
 def describe_hydra_error(error: BaseException) -> ConfigError:
     """A Hydra or OmegaConf composition error as a ConfigError naming the key or option."""
+    import yaml
     from hydra.errors import MissingConfigException
 
     if isinstance(error, ConfigError):
         return error
+    if isinstance(error, yaml.YAMLError):
+        return yaml_error(error)
     text = str(error).strip()
     if isinstance(error, MissingConfigException) and error.missing_cfg_file:
         group, _, option = str(error.missing_cfg_file).rpartition("/")
@@ -71,6 +128,12 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
         key = unknown.group(1)
         return ConfigError(key, "unknown key (the keys are those of conf/train.yaml and its "
                                 f"group files; +{key}=... adds a new one)")
+    # A comma list without -m: Hydra's hint to add --multirun is on the lines that follow.
+    ambiguous = re.match(r"Ambiguous value for argument '([^'=]+)=(.*)'", text)
+    if ambiguous:
+        key, value = ambiguous.groups()
+        return ConfigError(key, f"{value!r} is several values: add -m (--multirun) to run one "
+                                f"job per value, or write {key}=[{value}] for a list")
     present = re.match(r"Could not append to config\. An item is already at '([^']+)'", text)
     if present:
         key = present.group(1)
@@ -82,14 +145,19 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
     return ConfigError("command line", first)
 
 
-def run_command(hydra_main: Callable[[], Any], argv: list[str] | None = None) -> int:
-    """Call a ``@hydra.main`` function; returns the exit status (bad input: 2)."""
+def run_command(hydra_main: Callable[[], Any], argv: list[str] | None = None,
+                config_dir: Path | None = None) -> int:
+    """Call a ``@hydra.main`` function; returns the exit status (bad input: 2).
+    ``config_dir``: its config folder, whose group files chosen on the command line are
+    checked first."""
     argv = sys.argv[1:] if argv is None else argv
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         hydra_main()
         return 0
     try:
-        check_overrides(command_line_overrides(argv))
+        overrides = command_line_overrides(argv)
+        check_overrides(overrides)
+        check_group_files(overrides, config_dir)
     except ConfigError as error:
         print(f"Error in config: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,8 +1,10 @@
 """Errors the user can fix, reported as one line naming the key and what is allowed."""
 
-# Exit status of `python train.py`: bad input (nothing was written), a NaN or inf in training.
+# Exit status of `python train.py`: bad input (nothing was written), a NaN or inf in training,
+# a write that failed.
 EXIT_BAD_INPUT = 2
 EXIT_NUMERICAL_FAULT = 3
+EXIT_OUTPUT_FAULT = 4  # a file of the run could not be written (disk full, permissions)
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it stopped
 
 

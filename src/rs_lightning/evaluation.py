@@ -25,7 +25,7 @@ import torch
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.errors import ConfigError
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells
+from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells, objective_references
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -139,7 +139,9 @@ class _EpisodeProgress:
 def summarize_returns(
     returns: np.ndarray, outcomes: np.ndarray, utility: Utility, rho: float
 ) -> dict[str, Any]:
-    """E, VaR_rho, CVaR_rho and U of S, and the mean risk outcome R_s."""
+    """E, VaR_rho, CVaR_rho, the run's risk measure R (``risk_value``: VaR or CVaR again, or
+    Wang, CPW, power, ... with the run's parameters) and U = alpha E + (1 - alpha) R of S,
+    and the mean risk outcome R_s."""
     dist = from_samples(torch.as_tensor(returns, dtype=torch.float64))
     summary: dict[str, Any] = {
         "episodes": int(returns.size),
@@ -154,6 +156,8 @@ def summarize_returns(
         "alpha": utility.alpha,
         "risk": utility.risk,
     }
+    if utility.uses_risk or utility.params:  # at alpha 1 the measure may lack its parameters
+        summary["risk_value"] = float(utility.risk_value(dist))
     summary["return_histogram"] = return_histogram(returns)
     if not np.isnan(outcomes).all():
         summary["risk_outcome"] = float(np.nanmean(outcomes))
@@ -198,7 +202,8 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid).
 
     On the grid worlds ``eval.json`` also holds the exact E, VaR, CVaR, U and R_s of the
-    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates.
+    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates, and the exact
+    references of the per-decision and static objectives (``objective_references``).
     """
     train = settings.train
     summary = evaluate_policy(
@@ -212,6 +217,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         progress=train.callbacks.progress_bar,
     )
     summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility, train.rho) or {})
+    summary.update(objective_references(module.greedy, train.env, settings.utility) or {})
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,

@@ -27,7 +27,11 @@ def atomic_write(path: Path | str, mode: str = "w") -> Iterator[IO]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:  # a full disk or a folder made read-only: name the file
+        error.filename = str(path)
+        raise
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         os.chmod(tmp, 0o666 & ~_umask())
@@ -36,9 +40,11 @@ def atomic_write(path: Path | str, mode: str = "w") -> Iterator[IO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename in (None, tmp):
+            error.filename = str(path)  # the file the user knows, not the temporary one
         raise
     _fsync_directory(path.parent)
 
@@ -83,19 +89,23 @@ def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
 
 
 def read_jsonl(path: Path | str, warn: bool = True) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; a line cut short by a kill is dropped with a warning."""
+    """The records (JSON objects) of a JSON-lines file; a line cut short by a kill, or any
+    other line that is not a JSON object (a corrupt file), is dropped with a warning."""
     records = []
-    lines = Path(path).read_text().splitlines()
+    lines = Path(path).read_bytes().splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if warn:
-                where = "last line" if number == len(lines) else f"line {number}"
-                print(f"warning: {path}: skipping an unreadable {where} (cut short by a kill?)",
-                      file=sys.stderr)
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif warn:
+            where = "last line" if number == len(lines) else f"line {number}"
+            print(f"warning: {path}: skipping an unreadable {where} (cut short by a kill?)",
+                  file=sys.stderr)
     return records
 
 

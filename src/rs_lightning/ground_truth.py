@@ -5,6 +5,9 @@ On the paper's grid worlds the return of any fixed policy is an exact Gaussian m
 
 - :func:`exact_policy_metrics`: the exact E, VaR, CVaR, U and R_s of the greedy policy's
   undiscounted episode score S (``eval.json`` carries them beside the Monte Carlo figures);
+- :func:`objective_references`: what the policy attains on the two objectives an agent can
+  optimise, exactly: the per-decision fixed point of the paper's method, and the static
+  utility U[sum_t gamma^t r_t] of the whole episode, the policy's and the best one's;
 - :func:`exact_action_laws`: the exact law of the discounted return Z(s, a) of every first
   action ``a`` followed by the greedy policy, the law the agent's Z(s, a) should converge to;
 - :func:`distribution_distances`: the Wasserstein-1 distance between learned and exact
@@ -20,12 +23,16 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from rs_lightning.envs.exact import GaussianMixture, exact_return
+from rs_lightning.envs.exact import GaussianMixture, _resolve_env, exact_return
 # The utility of an exact law lives in the core layer, beside the exact reference policies.
 from rs_lightning.envs.exact_policies import (
+    CLOSED_FORM_RISKS,
     GRID_POINTS,
     TAIL_SIGMAS,
     mixture_as_distribution,  # noqa: F401 (re-exported: callers import it from here)
+    per_decision_fixed_point,
+    static_optimum,
+    static_utility,
 )
 from rs_lightning.envs.exact_policies import mixture_utility as exact_utility
 from rs_lightning.envs.grid_worlds import START, Cell
@@ -66,6 +73,55 @@ def exact_policy_metrics(
     for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
         metrics[f"exact_risk_outcome_{name}"] = float(law.risk_outcome_probs[value])
     return metrics
+
+
+def objective_references(
+    policy: BatchPolicy, env_config, utility: Utility
+) -> Optional[dict[str, Any]]:
+    """The exact references of the two objectives on a grid world, or None elsewhere.
+
+    The static objective is U[sum_t gamma^t r_t] of the whole episode from the start, with
+    the run's discount gamma (what ``objective=static`` optimises); the per-decision one is
+    the paper's criterion, whose policy is the fixed point of utility-greedy policy iteration
+    on the exact laws (:func:`~rs_lightning.envs.exact_policies.per_decision_fixed_point`).
+
+    - ``exact_static_utility``: the greedy policy's static utility;
+    - ``static_optimum`` / ``static_optimum_path``: the best static utility over
+      deterministic cell-Markov policies, and the path of that policy;
+    - ``static_gap``: ``static_optimum - exact_static_utility`` (>= 0);
+    - ``per_decision_path`` / ``per_decision_static_utility``: the path the per-decision
+      fixed point takes from the start, and its static utility.
+
+    The static optimum searches every behaviour (58 to 601 policies a world); with a risk
+    measure that has no closed form on a Gaussian mixture (var and cvar have) that search
+    goes through a fine CDF grid and takes minutes on the risky grid world, so only the
+    policy's own static utility is given then.
+    """
+    if not env_config.grid_size:
+        return None
+    cells = greedy_cells(policy, env_config.grid_size)
+    model = _grid_world(env_config)
+    gamma = float(env_config.gamma)
+    own = static_utility(model, cells, utility, gamma=gamma)
+    references: dict[str, Any] = {"exact_static_utility": own}
+    if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
+        return references
+    best = static_optimum(model, utility, gamma=gamma)
+    fixed_point = per_decision_fixed_point(model, utility, gamma=gamma)
+    references.update(
+        static_optimum=best.utility,
+        static_optimum_path=best.path,
+        static_gap=max(best.utility - own, 0.0),
+        per_decision_path=fixed_point.path,
+        per_decision_static_utility=fixed_point.discounted.utility,
+    )
+    return references
+
+
+def _grid_world(env_config):
+    """The grid world of a run's environment config, with its time limit and trap flag."""
+    flags = _env_flags(env_config)
+    return _resolve_env(env_config.id, flags["max_steps"], flags["trap_terminal"])
 
 
 def exact_action_laws(

@@ -112,6 +112,9 @@ class SweepSummary(Callback):
             lines.append("  (each failed job's failed.json has the traceback; the same command "
                          "again retries the failed jobs, resumes the incomplete ones and skips "
                          "the finished ones)")
+        if finished:
+            lines.append(f"  the results table and figures of the sweep: python -m "
+                         f"rs_lightning.report {sweep_dir}")
         print("\n".join(lines), file=sys.stderr)
         if failed:
             # The last callback to run at the end of a multirun (Hydra calls them in reverse

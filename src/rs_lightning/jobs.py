@@ -15,7 +15,8 @@ callbacks are configured. In a multirun a failing job writes ``failed.json`` (er
 traceback) into its folder and the sweep goes on, except that a job folder it may not write
 into stops the sweep with one line (exit status 2) and gets no ``failed.json``, and a job
 another process is running is skipped; a single run prints one line and exits non-zero
-(2: bad input, 3: a numerical fault).
+(2: bad input, 3: a numerical fault, 4: a write that failed, 143: SIGTERM), naming the last
+good checkpoint.
 
 This module imports neither Lightning nor W&B, so bad input is reported within seconds.
 """
@@ -23,6 +24,7 @@ This module imports neither Lightning nor W&B, so bad input is reported within s
 from __future__ import annotations
 
 import datetime
+import errno
 import sys
 import traceback
 from pathlib import Path
@@ -32,7 +34,8 @@ from omegaconf import DictConfig
 
 from rs_lightning.engine.checkpoints import newest_checkpoint
 from rs_lightning.errors import (
-    EXIT_BAD_INPUT, EXIT_NUMERICAL_FAULT, EXIT_TERMINATED, ConfigError, NumericalFault,
+    EXIT_BAD_INPUT, EXIT_NUMERICAL_FAULT, EXIT_OUTPUT_FAULT, EXIT_TERMINATED, ConfigError,
+    NumericalFault,
 )
 from rs_lightning.files import write_json_atomic
 from rs_lightning.run_folders import (
@@ -90,6 +93,9 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         if isinstance(error, NumericalFault):
             print(f"Error in training: {describe_fault(error, run_dir)}", file=sys.stderr)
             raise SystemExit(EXIT_NUMERICAL_FAULT) from None
+        if isinstance(error, OSError):
+            print(f"Error writing the run: {describe_os_error(error, run_dir)}", file=sys.stderr)
+            raise SystemExit(EXIT_OUTPUT_FAULT) from None
         # Anything else is a bug: its whole traceback, and no exception left for Hydra (the
         # command line wrapper treats what reaches it as bad input).
         traceback.print_exc()
@@ -127,10 +133,35 @@ def describe_fault(error: NumericalFault, run_dir: Path) -> str:
             "updates with a non-finite loss or gradient instead")
 
 
+# What to do about a failed write, by errno.
+_WRITE_ADVICE = {
+    errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some of your disk quota",
+    errno.EACCES: "make the run folder writable", errno.EPERM: "make the run folder writable",
+    errno.EROFS: "make the run folder writable (its file system is read-only)",
+}
+
+
+def describe_os_error(error: OSError, run_dir: Path) -> str:
+    """One line for a write (or read) of the run that failed: what, where, the last good
+    checkpoint, and how to go on (the same command resumes from that checkpoint)."""
+    try:
+        newest = newest_checkpoint(run_dir)
+    except OSError:  # the folder itself cannot be read
+        newest = None
+    kept = (f"its last good checkpoint is {newest[0]} (step {newest[1]})" if newest
+            else "no checkpoint had been written yet")
+    where = f": {error.filename}" if error.filename else ""
+    advice = _WRITE_ADVICE.get(error.errno, "fix the cause")
+    return (f"{error.strerror or error}{where}; the run stopped and {kept}. {advice[0].upper()}"
+            f"{advice[1:]}, then run the same command: it resumes from there")
+
+
 def record_failure(run_dir: Path, error: BaseException) -> None:
     """Write ``failed.json`` (what failed, why, the traceback) and say so on stderr."""
     if isinstance(error, NumericalFault):
         message = describe_fault(error, run_dir)
+    elif isinstance(error, OSError):
+        message = describe_os_error(error, run_dir)
     else:
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     record = {

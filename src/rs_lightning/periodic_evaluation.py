@@ -4,12 +4,21 @@ composition root registers: the engine itself knows no evaluation)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 
 from rs_lightning.evaluation import evaluate_policy
 from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
+
+log = logging.getLogger("rs_lightning")
+
+# The mass at the ends of the return support, once the laws have settled, above which a run warns
+# once: a law on a fixed support (C51, the UMDQN family) piles there whatever lies beyond it.
+# (A uniform law on C51's 51 atoms puts 2 / 51 = 3.9 % there.)
+SUPPORT_END_MASS = 0.05
 
 
 class PeriodicEvaluation(pl.Callback):
@@ -19,10 +28,16 @@ class PeriodicEvaluation(pl.Callback):
     On the grid worlds it adds the exact E, VaR, CVaR, U and R_s of that policy and the
     Wasserstein-1 distance between the learned and the exact return distribution of every
     action at the start state (``w1_*``), so that learning the distribution can be watched.
+
+    ``stop_at_return``: the run stops after the first evaluation at which every member's mean
+    return (``expectation``) is at least this (each member's own first time is the first line
+    of its ``eval_history.jsonl`` at or above it). The evaluations' wall time is not counted
+    as training (``train_seconds``).
     """
 
     def __init__(self, env_config, rho: float, every_n_steps: int, episodes: int,
-                 seeds: list[int], batch_envs: int, history_paths: list[Path]) -> None:
+                 seeds: list[int], batch_envs: int, history_paths: list[Path],
+                 stop_at_return: float | None = None) -> None:
         self.env_config = env_config
         self.rho = rho
         self.every_n_steps = every_n_steps
@@ -30,6 +45,9 @@ class PeriodicEvaluation(pl.Callback):
         self.seeds = list(seeds)
         self.batch_envs = batch_envs
         self.history_paths = list(history_paths)
+        self.support_checked = False
+        self.stop_at_return = stop_at_return
+        self.stopped_at: int | None = None  # the update whose evaluation reached the target
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -37,16 +55,53 @@ class PeriodicEvaluation(pl.Callback):
             return
         shown: dict[str, list[float]] = {}
         train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
-        for k, seed in enumerate(self.seeds):
-            metrics = evaluate_during_training(
-                pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
-                self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
-            )
-            for logger in pl_module.member_loggers[k]:
-                logger.log_metrics(metrics, step=step)
-            for name, value in metrics.items():
-                shown.setdefault(name, []).append(value)
+        with pl_module.clock.paused():
+            for k, seed in enumerate(self.seeds):
+                metrics = evaluate_during_training(
+                    pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
+                    self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
+                )
+                for logger in pl_module.member_loggers[k]:
+                    logger.log_metrics(metrics, step=step)
+                for name, value in metrics.items():
+                    shown.setdefault(name, []).append(value)
         pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
+        if not self.support_checked and settled(step, trainer.max_steps,
+                                                pl_module.learning.target_update_period):
+            self.support_checked = True
+            warn_of_mass_at_support_ends(pl_module, batch.transitions.obs, step)
+        target = self.stop_at_return
+        if target is not None and all(value >= target for value in shown["eval/expectation"]):
+            self.stopped_at = step
+            trainer.should_stop = True
+
+
+def settled(step: int, max_steps: int, target_update_period: int) -> bool:
+    """Whether the learned laws are worth judging: half the budget spent and ten target
+    copies made (ten backups to carry the returns beyond the support back to the start)."""
+    return 0 < max_steps <= 2 * step and step >= 10 * target_update_period
+
+
+@torch.no_grad()
+def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
+    """Warn (once per run: the caller's concern) when the members' learned laws of the replay
+    batch's states put more than ``SUPPORT_END_MASS`` of their mass, on average over states
+    and actions, at the ends of [``env.return_min``, ``env.return_max``]; returns that mass
+    (the largest member's)."""
+    shares = []
+    for k in range(obs.shape[0]):
+        agent = pl_module.member(k).agent
+        dist = agent.return_distribution(obs[k].to(pl_module.device))
+        problem = agent.problem
+        shares.append(float(dist.mass_at_ends(problem.return_min, problem.return_max).mean()))
+    share = max(shares)
+    if share > SUPPORT_END_MASS:
+        log.warning(
+            "after %d updates the learned return laws put %.1f %% of their mass at the ends of "
+            "the return support [%g, %g]: returns beyond it are clipped; widen "
+            "env.return_min / env.return_max", step, 100 * share, problem.return_min,
+            problem.return_max)
+    return share
 
 
 def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
@@ -55,8 +110,9 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
                              ) -> dict[str, float]:
     """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
     (one JSON line, learning curves that need no logger to survive) and returned as
-    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far (the run's
-    :class:`~rs_lightning.engine.learner.TrainingClock`), recorded as ``train_seconds``."""
+    ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far, the periodic
+    evaluations left out (the run's :class:`~rs_lightning.engine.learner.TrainingClock`),
+    recorded as ``train_seconds``."""
     summary = evaluate_policy(
         module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
     )

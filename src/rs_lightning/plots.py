@@ -2,6 +2,7 @@
 
     python -m rs_lightning.plots distributions outputs/runs/<run> [--cell 1,0] [--out fig.png]
     python -m rs_lightning.plots curves outputs/multirun/<sweep> [--out fig.png]
+    python -m rs_lightning.plots policy outputs/runs/<run> [--out fig.png]
 
 ``distributions`` draws, for one state, the learned CDF and density of Z(s, a) for every action, with markers
 for Q (expectation), R (the run's risk measure) and U (the utility) of each action and the
@@ -10,8 +11,9 @@ law of the discounted return of each first action followed by the learned greedy
 prints the Wasserstein-1 distance between learned and exact. ``curves`` draws the risk
 indicator R_s and E, VaR, U of the greedy policy against training steps, mean and 95%
 bootstrap band over the seeds of each setting, one column per environment (the paper's
-Figure 4), from the ``eval_history.jsonl`` of every job of a sweep. Plots only read run
-folders.
+Figure 4), from the ``eval_history.jsonl`` of every job of a sweep. ``policy`` draws a grid
+world run's ``policy.json`` as arrows on the grid (``policy.png``, which every grid-world run
+also writes). Plots only read run folders.
 """
 
 from __future__ import annotations
@@ -263,6 +265,72 @@ def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> i
     return len(compared)
 
 
+# Arrow (dx, dy) of each action of the grid worlds, y pointing up (rs_lightning.envs.grid_worlds).
+ACTION_ARROWS = ((1, 0), (0, -1), (-1, 0), (0, 1))
+# Goal colours by their risk outcome R_s: +1 the risk-averse (green) path, -1 the orange one.
+GOAL_COLORS = {1: "tab:green", -1: "tab:orange", 0: "tab:gray"}
+
+
+def plot_policy(table: dict[str, int], env_id: str, out: Path, title: str = "") -> None:
+    """The greedy action of every cell of ``table`` (``policy.json``: ``"x,y"`` -> action)
+    as an arrow; goals (coloured by R_s, no arrow: the episode ends there), the trap and the
+    start marked when the environment ``env_id`` has them."""
+    import gymnasium as gym
+
+    import rs_lightning.envs  # noqa: F401  (registers the grid worlds)
+    from rs_lightning.envs import START
+
+    plt = _pyplot()
+    env = gym.make(env_id).unwrapped
+    goals = {cell: outcome for cell, (_, outcome) in getattr(env, "goals", {}).items()}
+    trap = getattr(env, "trap", None)
+    env.close()
+    cells = {tuple(int(v) for v in key.split(",")): int(action) for key, action in table.items()}
+    size = max(max(x, y) for x, y in cells) + 1
+    fig, ax = plt.subplots(figsize=(1.1 * size + 0.8, 1.1 * size + 0.9))
+    for (x, y), action in sorted(cells.items()):
+        if (x, y) in goals:
+            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=GOAL_COLORS.get(goals[(x, y)], "tab:gray"), alpha=0.35))
+            ax.text(x, y, "goal", ha="center", va="center", fontsize=9)
+            continue
+        if (x, y) == trap:
+            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color="tab:red", alpha=0.25))
+            ax.text(x, y - 0.38, "trap", ha="center", va="center", fontsize=8)
+        if (x, y) == START:
+            ax.text(x, y - 0.38, "start", ha="center", va="center", fontsize=8)
+        dx, dy = ACTION_ARROWS[action]
+        ax.annotate("", xy=(x + 0.3 * dx, y + 0.3 * dy), xytext=(x - 0.3 * dx, y - 0.3 * dy),
+                    arrowprops={"arrowstyle": "->", "lw": 2})
+    ax.set_xlim(-0.5, size - 0.5)
+    ax.set_ylim(-0.5, size - 0.5)
+    ax.set_xticks(range(size))
+    ax.set_yticks(range(size))
+    ax.set_xticks([i - 0.5 for i in range(1, size)], minor=True)
+    ax.set_yticks([i - 0.5 for i in range(1, size)], minor=True)
+    ax.grid(which="minor", color="0.6")
+    ax.tick_params(which="minor", length=0)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title(title or f"greedy policy, {env_id.split('/')[-1]}", fontsize=9)
+    _save(fig, out)
+
+
+def _policy_command(args) -> int:
+    import json
+
+    table_path = args.run_dir / "policy.json"
+    config = read_config(args.run_dir)
+    if not table_path.is_file() or config is None:
+        print(f"error: {args.run_dir} has no policy.json and config.yaml (a grid-world run "
+              "writes them when it finishes)", file=sys.stderr)
+        return 2
+    out = args.out or args.run_dir / "policy.png"
+    plot_policy(json.loads(table_path.read_text()), config["env"]["id"], out)
+    print(f"figure: {out}")
+    return 0
+
+
 def _distributions_command(args) -> int:
     from rs_lightning.runs import load_run
 
@@ -308,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     curves.add_argument("sweep_dir", type=Path)
     curves.add_argument("--out", type=Path, help="image (default: <sweep>/learning_curves.png)")
     curves.set_defaults(handler=_curves_command)
+    policy = commands.add_parser("policy", help="a grid-world run's greedy policy as arrows")
+    policy.add_argument("run_dir", type=Path)
+    policy.add_argument("--out", type=Path, help="image (default: <run>/policy.png)")
+    policy.set_defaults(handler=_policy_command)
     args = parser.parse_args(argv)
     return args.handler(args)
 

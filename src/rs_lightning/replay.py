@@ -4,10 +4,14 @@ Storage is allocated once, ``[K, capacity, ...]`` per field, member k's memory a
 The members step together, so their memories share one write position; each member samples
 with its own random generator, so member k draws exactly the indices a memory of its seed
 alone draws, and sampling repeats from a seed and survives a checkpoint round trip.
+
+:class:`NStepReturns` turns environment copies' one-step transitions into n-step ones on
+their way in; :func:`update_ratio` reads the updates made per stored transition.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,7 +19,14 @@ import torch
 
 from rs_lightning.types import Transitions
 
-FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
+
+
+def update_ratio(updates_per_step: float) -> Fraction:
+    """Gradient updates per stored transition (``learning.updates_per_step``, the replay
+    ratio) as the fraction it stands for: the nearest with a denominator up to 10^6
+    (0.125 -> 1/8, 0.3333333333333333 -> 1/3), so that a schedule of updates is exact."""
+    return Fraction(repr(float(updates_per_step))).limit_denominator(1_000_000)
 
 
 class ReplayMemory:
@@ -39,6 +50,7 @@ class ReplayMemory:
         self.action = torch.zeros(members, capacity, dtype=torch.long)
         self.reward = torch.zeros(members, capacity)
         self.terminated = torch.zeros(members, capacity)
+        self.discount = torch.zeros(members, capacity)
         self.size = 0
         self.position = 0
         self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
@@ -51,7 +63,7 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs, action, reward, next_obs, terminated) -> None:
+    def add(self, obs, action, reward, next_obs, terminated, discount) -> None:
         """Store N transitions of every member: fields ``[K, N, ...]`` (NumPy arrays or
         tensors; copy i of member k at row i of k), written in the order of i, one write per
         field."""
@@ -60,7 +72,7 @@ class ReplayMemory:
             raise ValueError(f"{n} transitions at once do not fit a replay capacity of "
                              f"{self.capacity}")
         index = (self.position + np.arange(n)) % self.capacity if n > 1 else self.position
-        for name, value in zip(FIELDS, (obs, action, reward, next_obs, terminated)):
+        for name, value in zip(FIELDS, (obs, action, reward, next_obs, terminated, discount)):
             # Through NumPy views of the storage: a small write costs a fraction of torch's.
             self._arrays[name][:, index] = np.asarray(value if n > 1 else value[:, 0])
         self.position = (self.position + n) % self.capacity
@@ -105,3 +117,91 @@ class ReplayMemory:
         self.position = state["position"] % self.capacity
         for generator, generator_state in zip(self.generators, state["generators"], strict=True):
             generator.set_state(generator_state)
+
+
+class NStepReturns:
+    """n-step transitions of ``copies`` environment copies, built from their one-step ones
+    before they enter a replay memory.
+
+    The transition that starts at step t of a copy is (s_t, a_t, R, s_{t+m}, terminated,
+    gamma^m) with R = sum_{k<m} gamma^k r_{t+k} and m = n, or fewer where the episode ended
+    at step t + m - 1 < t + n - 1: a termination stores discount 0 (nothing to bootstrap),
+    a truncation (time limit) gamma^m and the last state reached, whose value is bootstrapped.
+    It leaves the window at step t + n - 1 whatever happened in between, so once the first
+    n - 1 steps have passed every step gives one transition per copy, as the replay memory's
+    write position shared by every member wants. The window is a ring of n starts per copy,
+    all of its state plain arrays (checkpoints hold them as tensors).
+    """
+
+    def __init__(self, n: int, gamma: float, copies: int, obs_shape: Sequence[int]) -> None:
+        if n < 1:
+            raise ValueError(f"n-step returns need n >= 1, got {n}")
+        self.n = n
+        self.gamma = gamma
+        self.powers = gamma ** np.arange(n + 1)  # gamma^m for m = 0..n
+        self.obs = np.zeros((n, copies, *obs_shape), dtype=np.float32)
+        self.action = np.zeros((n, copies), dtype=np.int64)
+        self.reward = np.zeros((n, copies))  # the discounted sum so far
+        self.steps = np.zeros((n, copies), dtype=np.int64)  # m so far
+        self.open = np.zeros((n, copies), dtype=bool)  # no episode end since the start
+        self.next_obs = np.zeros((n, copies, *obs_shape), dtype=np.float32)  # at the end
+        self.terminated = np.zeros((n, copies), dtype=bool)
+        self.started = 0  # steps pushed so far
+
+    def push(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+             terminated: np.ndarray, ended: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """One step of every copy (fields ``[copies, ...]``; ``ended``: terminated or
+        truncated) -> the fields of :data:`FIELDS` of the transitions that leave the window,
+        ``[copies, ...]``, or None during the first n - 1 steps."""
+        slot = self.started % self.n
+        self.obs[slot] = obs
+        self.action[slot] = action
+        self.reward[slot] = 0.0
+        self.steps[slot] = 0
+        self.open[slot] = True
+        self.terminated[slot] = False
+        self.started += 1
+        # Every start whose episode goes on takes this reward, discounted by its age.
+        self.reward += self.open * self.powers[self.steps] * reward
+        self.steps += self.open
+        if ended.any():
+            closing = self.open & ended
+            self.next_obs[closing] = np.broadcast_to(next_obs, self.next_obs.shape)[closing]
+            self.terminated[closing] = np.broadcast_to(terminated, closing.shape)[closing]
+            self.open &= ~closing
+        if self.started < self.n:
+            return None
+        oldest = self.started % self.n
+        still_open = self.open[oldest]
+        reached = np.where(still_open.reshape(-1, *[1] * (next_obs.ndim - 1)), next_obs,
+                           self.next_obs[oldest])
+        stopped = self.terminated[oldest] & ~still_open
+        discount = np.where(stopped, 0.0, self.powers[self.steps[oldest]])
+        return (self.obs[oldest].copy(), self.action[oldest].copy(), self.reward[oldest].copy(),
+                reached, stopped, discount)
+
+    def truncate(self, reached: np.ndarray) -> None:
+        """End every copy's episode in progress as a time limit would, at the states
+        ``reached`` ``[copies, ...]`` (its starts bootstrap from them): a resume that
+        restarts the episodes (an environment whose state a checkpoint cannot hold)."""
+        open_starts = self.open.copy()
+        self.next_obs[open_starts] = np.broadcast_to(reached, self.next_obs.shape)[open_starts]
+        self.terminated[open_starts] = False
+        self.open[:] = False
+
+    _ARRAYS = ("obs", "action", "reward", "steps", "open", "next_obs", "terminated")
+
+    def state_dict(self, copies: Sequence[int] | None = None) -> dict[str, Any]:
+        """The window's starts as tensors; ``copies`` selects some copies."""
+        chosen = slice(None) if copies is None else list(copies)
+        state: dict[str, Any] = {name: torch.from_numpy(getattr(self, name)[:, chosen].copy())
+                                 for name in self._ARRAYS}
+        state.update(n=self.n, started=self.started)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["n"] != self.n or state["obs"].shape != self.obs.shape:
+            raise ValueError("the checkpoint's n-step window is of another n or number of copies")
+        for name in self._ARRAYS:
+            getattr(self, name)[...] = state[name].numpy()
+        self.started = state["started"]

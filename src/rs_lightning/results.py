@@ -48,6 +48,13 @@ ENV_ORDER = list(GRID_WORLDS.values())  # the paper's order
 METRICS = ("expectation", "var", "cvar", "utility", "risk_outcome")
 # Grid worlds: the same quantities of the greedy policy, computed exactly (eval.json exact_*).
 EXACT_METRICS = tuple(f"exact_{metric}" for metric in METRICS)
+# Grid worlds: the static utility U[sum_t gamma^t r_t] of the greedy policy, of the best
+# cell-Markov policy, and the gap between them (eval.json; ground_truth.objective_references).
+OBJECTIVE_COLUMNS = (
+    ("exact_static_utility", "static U"), ("static_optimum", "static optimum"),
+    ("static_gap", "static gap"),
+)
+OBJECTIVE_METRICS = tuple(key for key, _ in OBJECTIVE_COLUMNS)
 # The metric columns of every table: key, header.
 METRIC_COLUMNS = (
     ("expectation", "E[S]"), ("var", "VaR[S]"), ("utility", "U[S]"), ("cvar", "CVaR[S]"),
@@ -283,7 +290,7 @@ def summarize(rows: list[dict[str, Any]], reps: int = BOOTSTRAP_REPS,
                            f"{next(k.get('job', '?') for k in runs if k['seed'] == r['seed'])})"
                            for r in group.duplicates],
         }
-        for metric in METRICS + EXACT_METRICS:
+        for metric in METRICS + EXACT_METRICS + OBJECTIVE_METRICS:
             values = [r[metric] for r in runs if metric in r]
             if values:
                 entry[metric], entry[f"{metric}_std"] = _mean_std(values)
@@ -348,6 +355,8 @@ TABLE_KINDS = ("mean", "iqm", "exact")
 
 def table_columns(table: list[dict[str, Any]], kind: str = "mean") -> list[str]:
     columns = label_columns(table) + [label for _, label in METRIC_COLUMNS]
+    if kind == "exact":
+        return columns + [label for _, label in OBJECTIVE_COLUMNS]
     return columns + ["green / orange seeds"] if kind == "mean" else columns
 
 
@@ -390,6 +399,8 @@ def table_rows(table: list[dict[str, Any]], kind: str = "mean") -> list[list[str
             row += [_interval_cell(e, m) for m, _ in METRIC_COLUMNS]
         else:
             row += [_cell(e, f"exact_{m}" if kind == "exact" else m) for m, _ in METRIC_COLUMNS]
+        if kind == "exact":
+            row += [_cell(e, m) for m in OBJECTIVE_METRICS]
         if kind == "mean":
             row.append(f"{e['green_seeds']} / {e['orange_seeds']}")
         rows.append(row)
@@ -407,7 +418,10 @@ def table_notes(table: list[dict[str, Any]]) -> dict[str, str]:
         "iqm": "Interquartile mean over seeds (the mean of the middle half; the plain mean "
                f"below 4 seeds) and its 95% confidence interval, {method} over the seeds.",
         "exact": "The same greedy policies evaluated exactly (their return is a Gaussian "
-                 "mixture on the grid worlds): mean ± standard deviation over seeds.",
+                 "mixture on the grid worlds): mean ± standard deviation over seeds. Static U: "
+                 "the utility of the whole episode's discounted return; static optimum: the "
+                 "best over deterministic cell-Markov policies; static gap: their difference "
+                 "(given for VaR and CVaR).",
     }
 
 
@@ -435,7 +449,7 @@ def to_csv(table: list[dict[str, Any]]) -> str:
     for metric in METRICS:
         keys += [metric, f"{metric}_std", f"paper_{metric}", f"{metric}_iqm",
                  f"{metric}_ci_low", f"{metric}_ci_high"]
-    for metric in EXACT_METRICS:
+    for metric in EXACT_METRICS + OBJECTIVE_METRICS:
         keys += [metric, f"{metric}_std"]
     keys += ["jobs", "duplicates"]
     buffer = io.StringIO()

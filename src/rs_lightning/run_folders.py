@@ -22,9 +22,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import make_members
@@ -34,15 +36,17 @@ from rs_lightning.engine.checkpoints import (
     newest_checkpoint,
     read_checkpoint,
 )
+from rs_lightning.engine.resources import check_resources
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.schema import ValidatedConfig, validate
 from rs_lightning.types import Problem
+from rs_lightning.wandb_support import check_wandb_environment
 
 FAILED = "failed.json"
 LOCK = "run.lock"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
-UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks")
+UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits")
 
 
 # ----------------------------------------------------------------------------- where
@@ -250,12 +254,15 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     for a fresh start).
 
     Raises ConfigError for: a value out of range (schema), an environment gymnasium does not
-    know, a missing, unreadable or incompatible checkpoint, an output folder that cannot be
-    written.
+    know, a run past its budgets of lattice or memory (engine.resources), a missing,
+    unreadable or incompatible checkpoint, an output folder that cannot be written.
     """
     settings = validate(cfg)
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(settings.train.env)
+    check_resources(settings, problem)  # before anything of that size is allocated
+    if settings.train.logger.backend == "wandb":
+        check_wandb_environment()
     start_step = checkpoint_start(settings, problem) if settings.train.ckpt_path is not None else 0
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
@@ -271,7 +278,9 @@ def checkpoint_start(settings: ValidatedConfig, problem: Problem | None = None) 
     members = make_members([AGENTS[settings.agent.name][0](settings.agent, problem)
                             for _ in range(train.parallel_seeds)])
     check_compatible(state, train.ckpt_path, settings.agent.name, members, train.env.id,
-                     num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds)
+                     num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds,
+                     n_step=train.learning.n_step,
+                     updates_per_step=train.learning.updates_per_step)
     return checkpoint_step(state)
 
 
@@ -323,7 +332,17 @@ def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return []
-    before = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    try:
+        recorded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as error:
+        # the YAML, decoding (a ValueError) or interpolation errors of a damaged file
+        recorded = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    if not isinstance(recorded, dict):
+        raise ConfigError(
+            str(path), f"is damaged ({str(recorded)[:120]}): the run in that folder cannot "
+            "be compared with this config, so nothing is written there; restore the file, "
+            "delete the folder to start over, or choose another folder")
+    before = _flatten(recorded)
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     return [
         f"{key}: {before[key]} there, {now[key]} now"

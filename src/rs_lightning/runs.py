@@ -25,7 +25,7 @@ class TrainedRun:
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Sections whose keys are the same for every choice of agent, risk and env: a run recorded by
 # an earlier version may lack keys added since, which take today's defaults.
-_SHARED_SECTIONS = ("learning", "evaluation", "fault_injection")
+_SHARED_SECTIONS = ("learning", "evaluation", "fault_injection", "limits")
 
 
 def with_current_defaults(cfg):

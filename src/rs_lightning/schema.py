@@ -7,6 +7,8 @@ raises :class:`ConfigError` naming the key and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -16,9 +18,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import RISK_MEASURES, Utility
+
+register_resolvers()  # the rs.* interpolations of conf/ (derived defaults)
 
 
 def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
@@ -28,6 +33,41 @@ def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
 
 def _one_of(key: str, value: Any, allowed) -> None:
     _require(value in allowed, key, "one of " + ", ".join(map(str, allowed)), value)
+
+
+def _at_most(key: str, value: int, limit: int, why: str) -> None:
+    _require(value <= limit, key, f"at most {limit} ({why})", value)
+
+
+# Bounds checked before anything is allocated (README, "Reliability"): the seeds NumPy and
+# Lightning accept, the largest magnitude of a return support in float32 arithmetic with
+# steps of order 1, and counts past which a run would only be slow for minutes, then fail.
+SEED_LIMIT = 2**32  # numpy.random.seed and pytorch_lightning.seed_everything: [0, 2^32)
+RETURN_LIMIT = 1e6
+MAX_PARALLEL_SEEDS = 256
+MAX_NUM_ENVS = 4096
+MAX_BATCH_ENVS = 65536
+MAX_TORCH_THREADS = 1024
+
+
+def check_finite(node: Any, key: str = "") -> None:
+    """ConfigError naming the first float below ``node`` (a dataclass, dict or list) that is
+    infinite or NaN: no key of the config takes one."""
+    if dataclasses.is_dataclass(node):
+        items = ((f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
+    elif isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = ((f"[{i}]", value) for i, value in enumerate(node))
+    else:
+        if isinstance(node, float) and not math.isfinite(node):
+            raise ConfigError(key, f"must be a finite number, got {node}")
+        return
+    for name, value in items:
+        if key.endswith("env") and name == "kwargs":
+            continue  # the environment's own arguments: gymnasium checks them
+        sub = f"{key}{name}" if name.startswith("[") else f"{key}.{name}" if key else str(name)
+        check_finite(value, sub)
 
 
 @dataclass
@@ -48,15 +88,23 @@ class EnvSection:
 
     def check(self) -> None:
         _require(0.0 <= self.gamma < 1.0, "env.gamma", "in [0, 1)", self.gamma)
-        _require(self.reward_scale > 0, "env.reward_scale", "positive", self.reward_scale)
+        _require(0 < self.reward_scale <= RETURN_LIMIT, "env.reward_scale",
+                 f"positive and at most {RETURN_LIMIT:g}", self.reward_scale)
         if self.max_episode_steps is not None:
             _require(self.max_episode_steps > 0, "env.max_episode_steps", "a positive integer or null",
                      self.max_episode_steps)
         _one_of("env.observation_normalization", self.observation_normalization,
                 OBSERVATION_NORMALIZATIONS)
         _require(self.num_envs >= 1, "env.num_envs", "a positive integer", self.num_envs)
+        _at_most("env.num_envs", self.num_envs, MAX_NUM_ENVS,
+                 "copies stepped one after the other in this process")
         if self.reward_clip is not None:
             _require(self.reward_clip > 0, "env.reward_clip", "positive or null", self.reward_clip)
+        for key in ("return_min", "return_max"):
+            value = getattr(self, key)
+            _require(abs(value) <= RETURN_LIMIT, f"env.{key}",
+                     f"within [-{RETURN_LIMIT:g}, {RETURN_LIMIT:g}] (scaled units: shrink large "
+                     "returns with env.reward_scale)", value)
         _require(
             self.return_min < self.return_max,
             "env.return_min",
@@ -85,6 +133,10 @@ class LearningSection:
     epsilon_decay: float = MISSING  # in environment steps
     epsilon_schedule: str = MISSING  # exponential | linear
     on_non_finite: str = MISSING  # stop | skip: what a NaN / inf loss or gradient does
+    # The values live in conf/train.yaml; these defaults only fill runs recorded before the
+    # keys existed.
+    updates_per_step: float = 1.0  # gradient updates per environment step (0.125: 1 per 8)
+    n_step: int = 1  # steps of the discounted return in each stored transition
 
     def check(self) -> None:
         for key in ("batch_size", "replay_capacity", "target_update_period"):
@@ -105,6 +157,12 @@ class LearningSection:
             _require(0.0 <= value <= 1.0, f"learning.{key}", "in [0, 1]", value)
         _one_of("learning.epsilon_schedule", self.epsilon_schedule, ("exponential", "linear"))
         _one_of("learning.on_non_finite", self.on_non_finite, NON_FINITE_ACTIONS)
+        # Read as a fraction of denominator up to 10^6 (rs_lightning.engine.experience).
+        _require(math.isfinite(self.updates_per_step) and self.updates_per_step >= 1e-6,
+                 "learning.updates_per_step", "a positive number (at least 1e-6; 0.125: one "
+                 "update every 8 environment steps)", self.updates_per_step)
+        _require(self.n_step >= 1, "learning.n_step", "a positive integer (1: one-step returns)",
+                 self.n_step)
 
 
 @dataclass
@@ -119,6 +177,8 @@ class EvaluationSection:
             value = getattr(self, key)
             _require(value > 0, f"evaluation.{key}", "a positive integer", value)
         _require(self.every_n_steps >= 0, "evaluation.every_n_steps", ">= 0", self.every_n_steps)
+        _at_most("evaluation.batch_envs", self.batch_envs, MAX_BATCH_ENVS,
+                 "environments stepped side by side")
 
 
 @dataclass
@@ -126,6 +186,10 @@ class TrainerSection:
     max_steps: int = MISSING  # gradient updates
     log_every_n_steps: int = MISSING
     checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
+    # The values live in conf/trainer/default.yaml; these defaults only fill runs recorded
+    # before the keys existed.
+    stop_at_return: Optional[float] = None  # end at the first evaluation reaching it
+    max_time: Optional[str] = None  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
 
     def check(self) -> None:
         _require(self.max_steps > 0, "trainer.max_steps", "a positive integer", self.max_steps)
@@ -141,6 +205,27 @@ class TrainerSection:
             ">= 0",
             self.checkpoint_every_n_steps,
         )
+        if self.max_time is not None:
+            max_time_seconds(self.max_time)
+        if self.stop_at_return is not None:
+            _require(math.isfinite(self.stop_at_return), "trainer.stop_at_return",
+                     "a finite number or null", self.stop_at_return)
+
+
+def max_time_seconds(text: str) -> float:
+    """``trainer.max_time`` in seconds: a number of seconds, ``HH:MM:SS`` or ``DD:HH:MM:SS``
+    (ConfigError otherwise)."""
+    parts = str(text).strip().split(":")
+    units = (1, 60, 3600, 86400)
+    try:
+        if len(parts) not in (1, 3, 4) or any(not p.strip() for p in parts):
+            raise ValueError
+        seconds = sum(float(p) * unit for p, unit in zip(reversed(parts), units))
+    except ValueError:
+        seconds = float("nan")
+    _require(math.isfinite(seconds) and seconds > 0, "trainer.max_time",
+             "a positive number of seconds, HH:MM:SS or DD:HH:MM:SS, or null", text)
+    return seconds
 
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
@@ -164,6 +249,7 @@ class HardwareSection:
         _require(
             self.torch_threads >= 1, "hardware.torch_threads", "a positive integer", self.torch_threads
         )
+        _at_most("hardware.torch_threads", self.torch_threads, MAX_TORCH_THREADS, "CPU threads")
         if self.accelerator in ("gpu", "cuda"):
             available = torch.cuda.device_count()
             if available == 0:
@@ -214,6 +300,24 @@ class FaultInjectionSection:
 
 
 @dataclass
+class LimitsSection:
+    """Budgets a run is checked against before it allocates anything (README, "Reliability")."""
+
+    # Integration nodes per state of a UMNN agent's lattice on the return support
+    # (agents.umnn.lattice_nodes): its evaluation's time and memory grow with it.
+    lattice_nodes: int = MISSING
+    # The run's estimated memory (replay, networks, lattice) may use this share of the
+    # memory available when it starts (MemAvailable; the GPU's free memory on a GPU).
+    memory_fraction: float = MISSING
+
+    def check(self) -> None:
+        _require(self.lattice_nodes > 0, "limits.lattice_nodes", "a positive integer",
+                 self.lattice_nodes)
+        _require(0 < self.memory_fraction <= 1, "limits.memory_fraction", "in (0, 1]",
+                 self.memory_fraction)
+
+
+@dataclass
 class TrainConfig:
     seed: int = MISSING
     parallel_seeds: int = MISSING  # seeds seed .. seed + K - 1 side by side in one process
@@ -230,17 +334,33 @@ class TrainConfig:
     logger: LoggerSection = MISSING
     callbacks: CallbacksSection = MISSING
     fault_injection: FaultInjectionSection = MISSING
+    limits: LimitsSection = MISSING
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
         _require(0.0 < self.rho < 1.0, "rho", "in (0, 1), excluding both ends", self.rho)
         _require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
         _require(self.parallel_seeds >= 1, "parallel_seeds", "a positive integer", self.parallel_seeds)
+        _at_most("parallel_seeds", self.parallel_seeds, MAX_PARALLEL_SEEDS,
+                 "members trained side by side in one process")
         for section in (
             self.env, self.learning, self.evaluation, self.trainer, self.hardware, self.logger,
-            self.fault_injection,
+            self.fault_injection, self.limits,
         ):
             section.check()
+        if self.trainer.stop_at_return is not None:
+            _require(self.evaluation.every_n_steps > 0, "trainer.stop_at_return",
+                     "null without periodic evaluations (it is checked at each one: set "
+                     "evaluation.every_n_steps > 0)", self.trainer.stop_at_return)
+
+        # The largest seed the run derives: its members' seeds seed .. seed + K - 1, each
+        # seeding its environment copies with + 0 .. num_envs - 1 and its generators with
+        # + 1 and + 2 (rs_lightning.engine.experience, engine.behaviour).
+        largest = self.seed + self.parallel_seeds - 1 + max(self.env.num_envs - 1, 2)
+        _require(largest < SEED_LIMIT, "seed",
+                 f"such that every seed the run derives (up to seed + parallel_seeds - 1 + "
+                 f"{largest - self.seed - self.parallel_seeds + 1} = {largest}) stays below 2^32 "
+                 f"= {SEED_LIMIT}, NumPy's range", self.seed)
 
 
 @dataclass
@@ -320,7 +440,9 @@ def utility_from(risk_node, alpha: float) -> Utility:
 def validate(cfg: DictConfig) -> ValidatedConfig:
     """Check a composed config; raise :class:`ConfigError` on the first problem found."""
     train: TrainConfig = _structured(TrainConfig, cfg)
+    check_finite(train)
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
     utility = utility_from(train.risk, train.alpha)
     return ValidatedConfig(train=train, agent=agent, utility=utility)
+

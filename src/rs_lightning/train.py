@@ -3,8 +3,8 @@
 ``run(cfg)`` is what ``python train.py ...`` calls (through :func:`rs_lightning.jobs.run_job`,
 which skips finished jobs and resumes interrupted ones). It writes into the run directory:
 ``eval.json`` (the final Monte Carlo evaluation, written last: it marks a finished run),
-``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` (grid worlds: the greedy
-action of every cell), ``config.yaml`` (the resolved config), ``attempts.jsonl`` (one line per
+``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` and ``policy.png`` (grid
+worlds: the greedy action of every cell, and as arrows), ``config.yaml`` (the resolved config), ``attempts.jsonl`` (one line per
 start of training), ``checkpoints/`` and the logger's files (``wandb/`` or ``csv/``).
 
 Nothing is written before every input has been checked, and every file a later step relies on
@@ -17,27 +17,31 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from rs_lightning.engine.build import (
     build, checkpoint_callbacks, make_trainer, member_checkpoint, quiet_lightning,
 )
-from rs_lightning.engine.callbacks import TrainingProgress
+from rs_lightning.engine.callbacks import RewardOutsideSupport, TrainingProgress
 from rs_lightning.engine.experience import member_seeds
 from rs_lightning.engine.loggers import close_loggers, make_loggers
 from rs_lightning.evaluation import evaluate_run
 from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write_json_atomic, write_text_atomic
 from rs_lightning.periodic_evaluation import PeriodicEvaluation
-from rs_lightning.plots import plot_return_distributions
+from rs_lightning.plots import plot_policy, plot_return_distributions
 from rs_lightning.report import DECISION_CELLS, START_CELL, log_run_media
 from rs_lightning.run_folders import RunFolderLock, check_inputs, folder_state, output_key, run_directory
 from rs_lightning.runs import TrainedRun
@@ -90,8 +94,52 @@ def member_settings_of(settings: ValidatedConfig, seed: int) -> ValidatedConfig:
     return dataclasses.replace(settings, train=train)
 
 
+def _report_early_end(train, periodic: PeriodicEvaluation, steps: int, seconds: float) -> None:
+    """Say why a run ended before ``trainer.max_steps`` updates."""
+    if periodic.stopped_at is not None:
+        print(f"[rs_lightning] trainer.stop_at_return={train.trainer.stop_at_return} reached by "
+              f"the evaluation after update {steps} ({seconds:.1f} s of training)", file=sys.stderr)
+    elif steps < train.trainer.max_steps and train.trainer.max_time is not None:
+        print(f"[rs_lightning] trainer.max_time={train.trainer.max_time} spent after update "
+              f"{steps} of {train.trainer.max_steps}", file=sys.stderr)
+
+class StopOnSigterm:
+    """The SIGTERM handler of a run: outside Lightning's training loop (building the run,
+    the final evaluation, writing the outputs) it stops the run at once with
+    SIGTERMException, which the job reports in one line; inside it, Lightning, which calls
+    this handler after its own, stops at the end of the update (CheckpointOnSigterm)."""
+
+    def __init__(self) -> None:
+        self.fitting = False
+
+    def __call__(self, signum, frame) -> None:
+        if not self.fitting:
+            raise SIGTERMException()
+
+    def install(self):
+        """Install it (main thread only, where Python runs signal handlers); returns the
+        handler to restore, or None."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGTERM, self)
+
+
 def run(cfg: DictConfig, run_dir: Path | None = None,
         checked: tuple[ValidatedConfig, int] | None = None) -> dict[str, Any]:
+    """Train, evaluate and write the run's outputs (see :func:`run_phases`), stopping with
+    SIGTERMException on SIGTERM in any phase."""
+    on_sigterm = StopOnSigterm()
+    previous = on_sigterm.install()
+    try:
+        return run_phases(cfg, run_dir, checked, on_sigterm)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_phases(cfg: DictConfig, run_dir: Path | None = None,
+               checked: tuple[ValidatedConfig, int] | None = None,
+               on_sigterm: StopOnSigterm | None = None) -> dict[str, Any]:
     """Train, evaluate and write the run's outputs; returns the evaluation summary (with
     several seeds: ``{"seeds": [...], "members": {seed: summary}}``).
 
@@ -150,17 +198,29 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
         datamodule, module = build(settings, loggers)
         checkpoint_dir = run_dir / "checkpoints"
         callbacks = checkpoint_callbacks(train, checkpoint_dir)
-        callbacks.append(PeriodicEvaluation(
+        periodic = PeriodicEvaluation(
             train.env, train.rho, train.evaluation.every_n_steps,
             train.evaluation.episodes_during_training, seeds, train.evaluation.batch_envs,
-            [folder / "eval_history.jsonl" for folder in folders],
-        ))
+            [folder / "eval_history.jsonl" for folder in folders], train.trainer.stop_at_return,
+        )
+        callbacks.append(periodic)
+        callbacks.append(RewardOutsideSupport(train.env.return_min, train.env.return_max))
         if train.callbacks.progress_bar:
             callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
         trainer = make_trainer(train, run_dir, callbacks)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path, weights_only=True)
+        if on_sigterm is not None:
+            on_sigterm.fitting = True
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path,
+                        weights_only=True)
+        finally:
+            if on_sigterm is not None:
+                on_sigterm.fitting = False
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
+        if trainer.received_sigterm:  # came after the last update's check: stop here
+            raise SIGTERMException()
         steps, env_steps = trainer.global_step, datamodule.env_steps
+        _report_early_end(train, periodic, steps, module.clock.seconds())
         if not single:
             saved = torch.load(checkpoint_dir / "last.ckpt", map_location="cpu", weights_only=True)
         summaries = []
@@ -171,6 +231,9 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
                     torch.save(member_checkpoint(saved, module, datamodule, k), f)
             policy = module.member(k)
             summary = evaluate_run(policy, member, folder, steps=steps, env_steps=env_steps)
+            if member.train.env.grid_size:  # policy.json as arrows on the grid
+                plot_policy(json.loads((folder / "policy.json").read_text()),
+                            member.train.env.id, folder / "policy.png")
             _log_run_media(loggers[k], summary, policy, member, folder, steps, env_steps)
             final = {f"eval/final_{key}": v for key, v in summary.items()
                      if isinstance(v, (int, float))}
@@ -193,7 +256,10 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
             f"[rs_lightning] {settings.agent.name} on {train.env.id}"
             + ("" if single else f" seed {seed}") + ": "
             f"E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
-            f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}"
+            f"CVaR={summary['cvar']:.3f}"
+            + ("" if settings.utility.risk in ("var", "cvar") or "risk_value" not in summary
+               else f" R[{settings.utility.risk}]={summary['risk_value']:.3f}")
+            + f" U={summary['utility']:.3f}"
             + (f" R_s={summary['risk_outcome']:.3f}" if "risk_outcome" in summary else "")
             + f"  -> {folder}",
             file=sys.stderr,

@@ -18,9 +18,12 @@ class Transitions(NamedTuple):
 
     obs: Tensor  # [B, obs_dim] float32
     action: Tensor  # [B] int64
-    reward: Tensor  # [B] float32, already scaled and clipped
-    next_obs: Tensor  # [B, obs_dim] float32
+    reward: Tensor  # [B] float32, already scaled and clipped (of m steps: their discounted sum)
+    next_obs: Tensor  # [B, obs_dim] float32 (the state m steps later)
     terminated: Tensor  # [B] float32: 1 where no bootstrapping (terminal transition)
+    # [B] float32: what multiplies the next state's return in the target, gamma^m for a
+    # transition of m steps (m = 1, or learning.n_step's m <= n), 0 where terminated.
+    discount: Tensor
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,24 @@ import socket
 import sys
 from typing import Any
 
+from rs_lightning.errors import ConfigError
+
 # Seconds W&B may take to reach its server before a run falls back to offline logging.
 ONLINE_INIT_TIMEOUT = 30.0
+
+
+# The values W&B accepts for WANDB_MODE (any other, the empty one included, fails wandb.init).
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def check_wandb_environment(environ=os.environ) -> None:
+    """ConfigError naming a W&B environment variable whose value W&B would refuse only once
+    the run has started (W&B is not imported: the input checks stay quick)."""
+    mode = environ.get("WANDB_MODE")
+    if mode is not None and mode not in WANDB_MODES:
+        raise ConfigError(
+            "WANDB_MODE", f"the environment variable must be unset or one of "
+            f"{', '.join(WANDB_MODES)}, got {mode!r} (logger.offline chooses the mode)")
 
 
 def wandb_online_problem(timeout: float) -> str | None:

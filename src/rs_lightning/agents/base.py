@@ -16,6 +16,10 @@ dimension only, a loss of one value per member ``[K]``) says so with ``supports_
 True``; its K members then run as one network whose every parameter has a leading dimension
 K, and its layers (:class:`Linear`) as batched matrix products. Any other agent runs its
 members one after the other; both give the engine the same interface.
+
+Discount: the gamma of a target (r + gamma Z(s', a*)) is each transition's own
+``batch.discount``, gamma^m for a transition of m steps (``learning.n_step``: r is then the
+discounted sum of the m rewards and s' the state m steps later), 0 where it terminated.
 """
 
 from __future__ import annotations
@@ -63,6 +67,11 @@ class AgentConfig:
                 f"agent.hidden_sizes: must be a non-empty list of positive sizes, got "
                 f"{list(self.hidden_sizes)}"
             )
+
+    def lattice_nodes(self, return_min: float, return_max: float) -> float:
+        """Integration nodes per state the agent evaluates on this return support (0: it
+        integrates nothing). A float: a tiny step gives a count too large for an int."""
+        return 0.0
 
 
 class Agent(nn.Module, ABC):

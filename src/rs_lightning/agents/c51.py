@@ -94,8 +94,7 @@ class C51(Agent):
             next_dist = target.return_distribution(batch.next_obs)  # [B, A, N]
             next_action = choose_action(next_dist)
             next_probs = next_dist.gather_actions(next_action).probs  # [B, N]
-            discount = self.problem.gamma * (1.0 - batch.terminated)
-            updated = batch.reward.unsqueeze(-1) + discount.unsqueeze(-1) * self.atoms  # Tz [B, N]
+            updated = batch.reward.unsqueeze(-1) + batch.discount.unsqueeze(-1) * self.atoms  # Tz
             target_probs = project_onto_atoms(updated, next_probs, self.atoms)
         logits = self.logits(batch.obs)
         index = batch.action[..., None, None].expand(*batch.action.shape, 1, self.config.n_atoms)

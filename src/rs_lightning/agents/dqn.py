@@ -58,7 +58,7 @@ class DQN(Agent):
             next_q = target.q_values(batch.next_obs)  # type: ignore[attr-defined]
             next_action = choose_action(dirac(next_q))  # argmax Q: U of a Dirac is Q
             next_value = next_q.gather(-1, next_action.unsqueeze(-1)).squeeze(-1)
-            td_target = batch.reward + self.problem.gamma * (1.0 - batch.terminated) * next_value
+            td_target = batch.reward + batch.discount * next_value
         q = self.q_values(batch.obs).gather(-1, batch.action.unsqueeze(-1)).squeeze(-1)
         if self.config.loss == "huber":
             loss = F.smooth_l1_loss(q, td_target, reduction="none")

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 from omegaconf import MISSING
@@ -70,6 +70,7 @@ from rs_lightning.agents.base import (
 from rs_lightning.agents.quantile_loss import (
     PairwiseQuantileHuberLoss,
     check_kappa,
+    huber_threshold,
     midpoint_fractions,
 )
 from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_quantiles
@@ -88,7 +89,7 @@ class IQNConfig(AgentConfig):
     n_fractions: int = MISSING  # N: fractions of Z(s, a) in the loss
     n_target_fractions: int = MISSING  # N': fractions of the target
     n_acting_fractions: int = MISSING  # K: fractions of the distribution handed to the utility
-    kappa: float = MISSING  # Huber threshold of the quantile loss
+    kappa: Optional[float] = MISSING  # Huber threshold (null: share of the return support)
     risk_route: str = MISSING  # common | native (module docstring)
     acting_fractions: str = MISSING  # sampled | midpoints (module docstring)
 
@@ -132,6 +133,7 @@ class IQN(Agent):
             "frequencies", math.pi * torch.arange(config.n_cosines, dtype=torch.float32),
             persistent=False,
         )
+        self.kappa = huber_threshold(config.kappa, problem)
 
     # -- the quantile function ------------------------------------------------------------------
 
@@ -265,9 +267,8 @@ class IQN(Agent):
                 next_action = self.native_values(utility, next_quantiles[..., n_target:]).argmax(-1)
             index = next_action.view(-1, 1, 1).expand(-1, 1, n_target)
             next_values = next_quantiles[..., :n_target].gather(1, index).squeeze(1)  # [B, N']
-            discount = self.problem.gamma * (1.0 - batch.terminated)
-            targets = batch.reward.unsqueeze(1) + discount.unsqueeze(1) * next_values
+            targets = batch.reward.unsqueeze(1) + batch.discount.unsqueeze(1) * next_values
         fractions = self.sample_fractions(size, config.n_fractions, batch.obs)  # per transition
         chosen = self.chosen_quantiles(batch.obs, batch.action, fractions)  # [B, N]
-        loss = PairwiseQuantileHuberLoss.apply(chosen, fractions, targets, config.kappa)
+        loss = PairwiseQuantileHuberLoss.apply(chosen, fractions, targets, self.kappa)
         return loss, {"return_mean": chosen.detach().mean()}

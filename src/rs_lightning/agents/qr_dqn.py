@@ -12,6 +12,7 @@ pair by pair, its N x N' pairs per transition would cost more than the whole DQN
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from omegaconf import MISSING
@@ -28,6 +29,7 @@ from rs_lightning.agents.base import (
 )
 from rs_lightning.agents.quantile_loss import (
     check_quantile_loss,
+    huber_threshold,
     midpoint_fractions,
     quantile_huber_loss,
 )
@@ -39,7 +41,7 @@ class QRDQNConfig(AgentConfig):
     """QR-DQN settings (values in ``conf/agent/qr_dqn.yaml``); ``hidden_sizes``: the MLP."""
 
     n_quantiles: int = MISSING  # N, at fractions (2i + 1) / (2N)
-    kappa: float = MISSING  # Huber threshold of the quantile loss
+    kappa: Optional[float] = MISSING  # Huber threshold (null: share of the return support)
 
     def check(self) -> None:
         super().check()
@@ -58,6 +60,7 @@ class QRDQN(Agent):
         n = config.n_quantiles
         self.network = mlp([problem.obs_dim, *config.hidden_sizes, problem.n_actions * n])
         self.register_buffer("fractions", midpoint_fractions(n), persistent=False)
+        self.kappa = huber_threshold(config.kappa, problem)
 
     def quantiles(self, obs: Tensor) -> Tensor:
         """theta_i(s, a) at the fractions ``self.fractions`` -> ``[B, A, N]`` (unsorted)."""
@@ -77,13 +80,12 @@ class QRDQN(Agent):
             next_dist = target.return_distribution(batch.next_obs)  # sorted quantiles
             next_action = choose_action(next_dist)
             next_values = next_dist.gather_actions(next_action).values  # [B, N'], ascending
-            discount = self.problem.gamma * (1.0 - batch.terminated)
-            targets = batch.reward.unsqueeze(-1) + discount.unsqueeze(-1) * next_values
+            targets = batch.reward.unsqueeze(-1) + batch.discount.unsqueeze(-1) * next_values
         quantiles = self.quantiles(batch.obs)
         index = batch.action[..., None, None].expand(*batch.action.shape, 1, quantiles.shape[-1])
         chosen = quantiles.gather(-2, index).squeeze(-2)  # [B, N]
         rows = quantile_huber_loss(  # the loss takes rows: stacked members are flattened
-            chosen.flatten(0, -2), self.fractions, targets.flatten(0, -2), self.config.kappa,
+            chosen.flatten(0, -2), self.fractions, targets.flatten(0, -2), self.kappa,
             targets_sorted=True,
         )
         loss = rows.view(chosen.shape[:-1]).mean(-1)  # one per member if stacked

@@ -20,16 +20,35 @@ H_kappa the Huber function (kappa: its threshold). Three evaluations of the same
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 from torch import Tensor
 
-
-def check_kappa(kappa: float) -> None:
-    if not kappa > 0:
-        raise ValueError(f"agent.kappa: must be a positive float, got {kappa}")
+from rs_lightning.types import Problem
 
 
-def check_quantile_loss(n_quantiles: int, kappa: float) -> None:
+# The default Huber threshold as a share of the return support's width: small enough that
+# the loss's fixed points are the quantiles themselves, not Huber quantiles pulled towards the
+# mean (docs/qr_dqn_kappa.py: 0.1 on the grid worlds' support [-2, 2] learns their tails).
+KAPPA_SHARE_OF_SUPPORT = 0.025
+
+
+def check_kappa(kappa: Optional[float]) -> None:
+    if kappa is not None and not (math.isfinite(kappa) and kappa > 0):
+        raise ValueError(f"agent.kappa: must be a positive float or null, got {kappa}")
+
+
+def huber_threshold(kappa: Optional[float], problem: Problem) -> float:
+    """``agent.kappa``, or by default (null) ``KAPPA_SHARE_OF_SUPPORT`` of the width of the
+    return support [``env.return_min``, ``env.return_max``]."""
+    if kappa is not None:
+        return float(kappa)
+    return KAPPA_SHARE_OF_SUPPORT * (problem.return_max - problem.return_min)
+
+
+def check_quantile_loss(n_quantiles: int, kappa: Optional[float]) -> None:
     """The settings of a fixed set of quantiles fitted by the quantile Huber loss."""
     if n_quantiles < 1:
         raise ValueError(f"agent.n_quantiles: must be a positive integer, got {n_quantiles}")

@@ -59,6 +59,7 @@ from rs_lightning.agents.umnn import (
     UMNNConfig,
     clenshaw_curtis,
     next_states_of_members,
+    shifted_return_range,
     umnn_cdf,
     umnn_curves_covering,
 )
@@ -175,16 +176,15 @@ class UMDQNC(Agent):
         bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
         if bootstrap.numel() == 0:
             return target
-        problem, grid = self.problem, self.return_grid
+        grid = self.return_grid
         reward = batch.reward.index_select(0, bootstrap)
-        shifted = (z.unsqueeze(0) - reward.unsqueeze(1)) / problem.gamma  # [B', N]
+        discount = batch.discount.index_select(0, bootstrap)
+        shifted = (z.unsqueeze(0) - reward.unsqueeze(1)) / discount.unsqueeze(1)  # [B', N]
         # The lattice covers the acting grid and the shifted returns of this batch only: no
         # bound on the rewards is needed, and small rewards keep it short.
-        r_low, r_high = torch.stack(torch.aminmax(reward)).tolist()
         curves = self.state_curves(
             batch.next_obs.index_select(0, bootstrap),
-            min(problem.return_min, (problem.return_min - r_high) / problem.gamma),
-            max(problem.return_max, (problem.return_max - r_low) / problem.gamma),
+            *shifted_return_range(self.problem, reward, discount),
         )
         action = choose_action(from_cdf(grid, curves.cdf_of_all(grid)))
         target[bootstrap] = curves.cdf_of_rows(action, shifted).to(target.dtype)
@@ -198,13 +198,13 @@ class UMDQNC(Agent):
         bootstrap, next_obs = next_states_of_members(batch)
         if not bool(bootstrap.any()):
             return target
-        problem, grid = self.problem, self.return_grid
-        shifted = (z - batch.reward.unsqueeze(-1)) / problem.gamma  # [M, B, N]
-        r_low, r_high = torch.stack(torch.aminmax(batch.reward[bootstrap])).tolist()
+        grid = self.return_grid
+        # Terminal rows get a stand-in discount of 1 (their shifted returns are not used).
+        discount = torch.where(bootstrap, batch.discount, 1.0)
+        shifted = (z - batch.reward.unsqueeze(-1)) / discount.unsqueeze(-1)  # [M, B, N]
         curves = self.state_curves(
             next_obs,
-            min(problem.return_min, (problem.return_min - r_high) / problem.gamma),
-            max(problem.return_max, (problem.return_max - r_low) / problem.gamma),
+            *shifted_return_range(self.problem, batch.reward[bootstrap], batch.discount[bootstrap]),
         )
         action = choose_action(from_cdf(grid, curves.cdf_of_all(grid)))  # [M, B]
         bootstrapped = curves.cdf_of_rows(action, shifted).to(target.dtype)

@@ -54,6 +54,7 @@ from rs_lightning.agents.umnn import (
     StateCurves,
     UMNNConfig,
     next_states_of_members,
+    shifted_return_range,
     umnn_curves_covering,
 )
 from rs_lightning.risk import ReturnDistribution, from_cdf
@@ -147,24 +148,24 @@ class UMDQNKL(Agent):
             if not bool(bootstrap.any()):
                 return target
             reward, rows = batch.reward, None
-            r_low, r_high = torch.stack(torch.aminmax(reward[bootstrap])).tolist()
+            # Terminal rows get a stand-in discount of 1 (their densities are not used).
+            discount = torch.where(bootstrap, batch.discount, 1.0)
+            low, high = shifted_return_range(problem, reward[bootstrap], batch.discount[bootstrap])
         else:
             rows = (batch.terminated == 0).nonzero().squeeze(1)
             if rows.numel() == 0:
                 return target
             reward, next_obs = batch.reward.index_select(0, rows), batch.next_obs.index_select(0, rows)
-            r_low, r_high = torch.stack(torch.aminmax(reward)).tolist()
-        shifted = (z - reward.unsqueeze(-1)) / problem.gamma  # [(M,) B', N]
-        curves = self.state_curves(
-            next_obs,
-            min(problem.return_min, (problem.return_min - r_high) / problem.gamma),
-            max(problem.return_max, (problem.return_max - r_low) / problem.gamma),
-        )
+            discount = batch.discount.index_select(0, rows)
+            low, high = shifted_return_range(problem, reward, discount)
+        discount = discount.unsqueeze(-1)
+        shifted = (z - reward.unsqueeze(-1)) / discount  # [(M,) B', N]
+        curves = self.state_curves(next_obs, low, high)
         grid = self.return_grid
         action = choose_action(self.distribution(grid, curves.monotone_of_all(grid)))
         curve = curves.inverse * problem.n_actions + action
         h, slope = curves.monotone(curve.flatten(), shifted.flatten(0, -2))
-        density = (flow_log_density(h, slope).exp() / problem.gamma).view(shifted.shape)
+        density = flow_log_density(h, slope).exp().view(shifted.shape) / discount
         density = density.to(target.dtype)
         if rows is None:
             return torch.where(bootstrap.unsqueeze(-1), density, target)

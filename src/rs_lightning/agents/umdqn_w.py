@@ -114,6 +114,12 @@ class UMDQNWConfig(UMNNConfig):
                 f"(={self.fraction_scale / 2}), got {self.integration_step}"
             )
 
+    def lattice_span(self, return_min: float, return_max: float) -> tuple[float, float, str]:
+        """The network's variable u lies in [-fraction_scale / 2, fraction_scale / 2],
+        whatever the return support."""
+        half = 0.5 * self.fraction_scale
+        return -half, half, "agent.fraction_scale"
+
 
 @register_agent("umdqn_w", UMDQNWConfig)
 class UMDQNW(Agent):
@@ -170,21 +176,21 @@ class UMDQNW(Agent):
         """r_i + gamma Q'(tau_j | s'_i, a*_i), or r_i for a terminal transition -> ``[B, N]``
         (``[M, B, N]`` for stacked members); ascending in j. Terminal transitions need no
         network work."""
-        gamma = self.problem.gamma
-        reward = batch.reward.unsqueeze(-1)
+        reward, discount = batch.reward.unsqueeze(-1), batch.discount.unsqueeze(-1)
         targets = reward.expand(*batch.reward.shape, self.config.n_quantiles)
         if self.members is not None:
             bootstrap, next_obs = next_states_of_members(batch)
             next_dist = target.return_distribution(next_obs)
             next_values = next_dist.gather_actions(choose_action(next_dist)).values
-            bootstrapped = (reward + gamma * next_values).to(targets.dtype)
+            bootstrapped = (reward + discount * next_values).to(targets.dtype)
             return torch.where(bootstrap.unsqueeze(-1), bootstrapped, targets)
         targets = targets.clone()
         bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
         if bootstrap.numel() > 0:
             next_dist = target.return_distribution(batch.next_obs.index_select(0, bootstrap))
             next_values = next_dist.gather_actions(choose_action(next_dist)).values
-            targets[bootstrap] = reward.index_select(0, bootstrap) + gamma * next_values
+            targets[bootstrap] = (reward.index_select(0, bootstrap)
+                                 + discount.index_select(0, bootstrap) * next_values)
         return targets
 
     def loss(

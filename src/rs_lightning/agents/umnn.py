@@ -79,6 +79,15 @@ class UMNNConfig(AgentConfig):
                 f"agent.integration_step: must be a positive float, got {self.integration_step}"
             )
 
+    def lattice_span(self, return_min: float, return_max: float) -> tuple[float, float, str]:
+        """The interval of the integration variable the lattice covers for every state, and
+        the keys that set it: for a network of the return, the return support."""
+        return return_min, return_max, "env.return_min/env.return_max"
+
+    def lattice_nodes(self, return_min: float, return_max: float) -> float:
+        low, high, _ = self.lattice_span(return_min, return_max)
+        return lattice_nodes(low, high, self.integration_step)
+
 
 # --------------------------------------------------------------------------------------------
 # The maths, as pure functions.
@@ -108,6 +117,13 @@ class Lattice(NamedTuple):
     def origin(self) -> int:
         """The position of the node at 0."""
         return -self.first
+
+
+def lattice_nodes(low: float, high: float, step: float) -> float:
+    """The number of nodes of :func:`covering_lattice` for ``[low, high]`` (within the two
+    it may add for Simpson's pairs), without building it: the one rule budgets and memory
+    estimates use (``limits.lattice_nodes``)."""
+    return (max(high, 0.0) - min(low, 0.0)) / step + 1.0
 
 
 def covering_lattice(low: float, high: float, step: float, even: bool) -> Lattice:
@@ -379,6 +395,24 @@ def umnn_curves_covering(
         even=config.integration_rule == "simpson",
     )
     return umnn_state_curves(network, obs, lattice, config.integration_rule)
+
+
+def shifted_return_range(problem: Problem, reward: Tensor, discount: Tensor) -> tuple[float, float]:
+    """``[low, high]`` covering the return support and every shifted return (z - r_i) / d_i
+    of a Bellman target, z in [return_min, return_max], over the bootstrapped rows' rewards
+    ``r_i`` and discounts ``d_i`` (one host sync).
+
+    A discount is a power gamma^m (m steps of an n-step return); the float32 tensor rounds
+    it, so the bound uses the double-precision power gamma^m: one-step rows then give
+    exactly the range (z - r) / gamma of the scalar discount, and the same lattice.
+    """
+    r_low, r_high, d_low, d_high = torch.stack([*torch.aminmax(reward), *torch.aminmax(discount)]).tolist()
+    gamma = problem.gamma
+    powers = [gamma ** round(math.log(d) / math.log(gamma)) for d in (d_low, d_high)]
+    below, above = problem.return_min - r_high, problem.return_max - r_low
+    # (z - r) / d is monotone in 1 / d: its extremes sit at the extreme discounts.
+    return (min(problem.return_min, *(below / d for d in powers)),
+            max(problem.return_max, *(above / d for d in powers)))
 
 
 def distinct_rows_of_members(obs: Tensor) -> tuple[Tensor, Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import logging
 import warnings
 from pathlib import Path
@@ -19,7 +20,7 @@ from rs_lightning.engine.callbacks import CheckpointOnSigterm
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
 from rs_lightning.engine.learner import QLearning
 from rs_lightning.files import atomic_write
-from rs_lightning.schema import ValidatedConfig
+from rs_lightning.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.types import Problem
 
 
@@ -88,6 +89,8 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         replay_capacity=train.learning.replay_capacity,
         warmup_steps=train.learning.warmup_steps,
         seeds=seeds,
+        n_step=train.learning.n_step,
+        updates_per_step=train.learning.updates_per_step,
     )
     module = QLearning(
         build_members(settings, datamodule.problem, seeds),
@@ -131,10 +134,14 @@ def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
 
 
 def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
-    """The Trainer of a run: ``trainer.max_steps`` updates in one endless epoch. The members
-    log to their own loggers (the module holds them), not through the Trainer."""
+    """The Trainer of a run: ``trainer.max_steps`` updates in one endless epoch, or fewer
+    within ``trainer.max_time`` (Lightning's timer: checked after every update, its time
+    summed over the attempts of a resumed run). The members log to their own loggers (the
+    module holds them), not through the Trainer."""
+    max_time = train.trainer.max_time
     return pl.Trainer(
         max_steps=train.trainer.max_steps,
+        max_time=None if max_time is None else datetime.timedelta(seconds=max_time_seconds(max_time)),
         max_epochs=-1,
         accelerator=train.hardware.accelerator,
         devices=train.hardware.devices,

@@ -19,12 +19,14 @@ import pickle
 import re
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rs_lightning.errors import ConfigError
+from rs_lightning.replay import update_ratio
 
 CHECKPOINT_FOLDER = "checkpoints"
 LAST = "last.ckpt"
@@ -97,9 +99,10 @@ def checkpoint_agent(state: dict[str, Any]) -> str:
 
 def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
                      members: torch.nn.Module, env_id: str, key: str = "ckpt_path",
-                     num_envs: int = 1, parallel_seeds: int = 1) -> None:
+                     num_envs: int = 1, parallel_seeds: int = 1, n_step: int = 1,
+                     updates_per_step: float = 1.0) -> None:
     """ConfigError unless ``state`` was written by the same agent with the same network
-    shapes, members and environment copies.
+    shapes, members, environment copies, n-step returns and update ratio.
 
     ``members`` are the networks this run builds
     (:class:`~rs_lightning.agents.members.Members`); the checkpoint's ``agent.*`` tensors
@@ -135,6 +138,20 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
         raise ConfigError(
             key, f"{path} was written with env.num_envs={written_copies}, this run has "
             f"env.num_envs={num_envs}; resume with the checkpoint's env.num_envs"
+        )
+    collector = data.get("collector") or {}
+    written_n = collector.get("n_step", 1)
+    if written_n != n_step:
+        raise ConfigError(
+            key, f"{path} was written with learning.n_step={written_n}, this run has "
+            f"learning.n_step={n_step}; resume with the checkpoint's learning.n_step"
+        )
+    written_ratio = Fraction(*collector.get("updates_per_step", (1, 1)))
+    if written_ratio != update_ratio(updates_per_step):
+        raise ConfigError(
+            key, f"{path} was written with learning.updates_per_step={float(written_ratio):g}, "
+            f"this run has {updates_per_step:g}; resume with the checkpoint's "
+            "learning.updates_per_step"
         )
     saved = {k[len("agent."):]: v.shape for k, v in state["state_dict"].items()
              if k.startswith("agent.")}

@@ -2,22 +2,27 @@
 
 :class:`Collector` steps the env copies with the behaviour policy and writes every
 transition into the members' replay memory; :class:`ExperienceStream` is the iterable
-Lightning runs through: one replay batch of every member per transition a copy collected,
-forever (``trainer.max_steps`` ends the run). The meaning of the schedule does not depend on
-N:
+Lightning runs through: replay batches of every member, ``learning.updates_per_step`` of
+them per transition a copy collected, forever (``trainer.max_steps`` ends the run). The
+meaning of the schedule does not depend on N:
 
 - an *environment step* is one transition of one copy of a member: a step of the copies is
   N of them, and ``env_steps``, the warm-up and the epsilon schedule count transitions;
-- one gradient update per environment step: a step of the copies is followed by N updates
-  (the transitions collected but not yet matched by an update, ``pending_updates``, are part
-  of the checkpoint, so a run resumed between them goes on exactly as the uninterrupted one).
+- ``updates_per_step`` = p / q gradient updates per environment step, exactly: every
+  transition earns p, every update costs q, and the copies step whenever less than q is
+  left. The integer balance, ``update_credit``, is part of the checkpoint, so a run resumed
+  between two updates goes on exactly as the uninterrupted one. p / q = 1: a step of the
+  copies is followed by N updates;
+- ``learning.n_step`` > 1: each copy's transitions pass through a window of n steps
+  (:class:`~rs_lightning.replay.NStepReturns`) before they are stored.
 
 The datamodule's ``state_dict`` holds what a resumed run needs on this side: the copies
-mid-episode, the replay memory and the counters.
+mid-episode, the n-step window, the replay memory and the counters.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -27,7 +32,7 @@ from torch.utils.data import IterableDataset
 
 from rs_lightning.envs.copies import EnvCopies, make_copies
 from rs_lightning.envs.factory import env_problem
-from rs_lightning.replay import ReplayMemory
+from rs_lightning.replay import NStepReturns, ReplayMemory, update_ratio
 from rs_lightning.types import Transitions
 
 # (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays)
@@ -68,18 +73,26 @@ def copy_seeds(seeds: list[int], copies: int) -> list[int]:
 
 
 class Collector:
-    """Steps K members' N env copies with a policy and fills the replay memory."""
+    """Steps K members' N env copies with a policy and fills the replay memory with their
+    transitions, of ``n_step`` steps each, discounted by ``gamma``."""
 
     def __init__(self, copies: EnvCopies, replay: ReplayMemory, members: int, copies_per_member: int,
-                 reward_scale: float, reward_clip: float | None) -> None:
+                 reward_scale: float, reward_clip: float | None, gamma: float, n_step: int = 1,
+                 updates_per_step: Fraction = Fraction(1)) -> None:
         self.copies = copies
         self.replay = replay
         self.members = members
         self.copies_per_member = copies_per_member
         self.reward_scale = reward_scale
         self.reward_clip = reward_clip
+        self.gamma = gamma
+        self.n_step = n_step
+        self.window = None if n_step == 1 else NStepReturns(
+            n_step, gamma, len(copies), replay.obs.shape[2:])
+        self.updates_per_step = updates_per_step
         self.env_steps = 0  # transitions of each member so far
-        self.pending_updates = 0  # transitions collected that no update has matched yet
+        # Transitions earn updates_per_step.numerator each, an update costs its denominator.
+        self.update_credit = 0
         self.episodes = [0] * members
         self.episode_returns = np.zeros(len(copies))
         self.ended_returns: list[list[float]] = [[] for _ in range(members)]
@@ -94,9 +107,16 @@ class Collector:
         step = self.copies.step(actions.reshape(-1))
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
-        self.replay.add(grouped, actions, learnt.reshape(shape),
-                        step.next_obs.reshape(*shape, *obs.shape[1:]),
-                        step.terminated.reshape(shape))
+        if self.window is None:
+            self.replay.add(grouped, actions, learnt.reshape(shape),
+                            step.next_obs.reshape(*shape, *obs.shape[1:]),
+                            step.terminated.reshape(shape),
+                            np.where(step.terminated, 0.0, self.gamma).reshape(shape))
+        else:
+            leaving = self.window.push(obs, actions.reshape(-1), learnt, step.next_obs,
+                                       step.terminated, step.ended)
+            if leaving is not None:
+                self.replay.add(*(field.reshape(*shape, *field.shape[1:]) for field in leaving))
         self.episode_returns += step.reward
         if step.ended.any():
             for j in np.flatnonzero(step.ended).tolist():
@@ -131,34 +151,52 @@ class Collector:
             "members": len(chosen),
             "copies_per_member": self.copies_per_member,
             "env_steps": self.env_steps,
-            "pending_updates": self.pending_updates,
+            "update_credit": self.update_credit,
+            "updates_per_step": [self.updates_per_step.numerator, self.updates_per_step.denominator],
+            "n_step": self.n_step,
             "episodes": [self.episodes[k] for k in chosen],
             "episode_returns": torch.from_numpy(self.episode_returns[copies]),
             "ended_returns": [list(self.ended_returns[k]) for k in chosen],
             "ended_outcomes": [list(self.ended_outcomes[k]) for k in chosen],
             "copies": self.copies.state_dict(copies),
             "replay": self.replay.state_dict(chosen),
+            **({} if self.window is None else {"n_step_window": self.window.state_dict(copies)}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if (state["members"], state["copies_per_member"]) != (self.members, self.copies_per_member):
             raise ValueError("the checkpoint's collector is of another number of members or copies")
+        ratio = Fraction(*state.get("updates_per_step", (1, 1)))
+        if ratio != self.updates_per_step or state.get("n_step", 1) != self.n_step:
+            raise ValueError("the checkpoint's collector has another learning.updates_per_step "
+                             "or learning.n_step")
         self.env_steps = state["env_steps"]
-        self.pending_updates = state["pending_updates"]
+        # Checkpoints before updates_per_step held the transitions not yet matched by an update.
+        self.update_credit = state.get("update_credit", state.get("pending_updates"))
         self.episodes = list(state["episodes"])
         self.episode_returns = state["episode_returns"].numpy().copy()
         self.ended_returns = [list(r) for r in state["ended_returns"]]
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
-        if self.copies.load_state_dict(state["copies"]):
-            self.episode_returns[:] = 0.0  # the episodes in progress restarted
-        self.replay.load_state_dict(state["replay"])
+        restarted = self.copies.load_state_dict(state["copies"])
+        replay = state["replay"]
+        if "discount" not in replay:  # written before the replay memory stored discounts
+            replay = {**replay, "discount": (1.0 - replay["terminated"]) * self.gamma}
+        self.replay.load_state_dict(replay)
+        if self.window is not None:
+            self.window.load_state_dict(state["n_step_window"])
+        if restarted:  # the episodes in progress restarted: as if cut by a time limit
+            self.episode_returns[:] = 0.0
+            if self.window is not None:
+                self.window.truncate(state["copies"]["obs"].numpy())
 
 
 class ExperienceStream(IterableDataset):
-    """One replay batch of every member per transition collected (module docstring).
+    """A replay batch of every member per update, ``collector.updates_per_step`` updates per
+    transition collected (module docstring).
 
-    Warm-up: the first ``warmup_steps`` transitions are collected before any update (the
-    transitions of the step of the copies that crosses it beyond it count as pending).
+    Warm-up: the first ``warmup_steps`` transitions are collected before any update, and
+    more until the replay memory holds one (n-step transitions are stored n - 1 steps late);
+    the transitions of the step of the copies that crosses it beyond it earn updates.
     """
 
     def __init__(self, collector: Collector, policy: Policy, batch_size: int,
@@ -171,18 +209,21 @@ class ExperienceStream(IterableDataset):
 
     def __iter__(self):
         collector, policy = self.collector, self.policy
-        if collector.env_steps < self.warmup_steps:  # a fresh run (a resumed one is past it)
-            while collector.env_steps < self.warmup_steps:
+        earned, cost = collector.updates_per_step.numerator, collector.updates_per_step.denominator
+        if collector.env_steps < self.warmup_steps or len(collector.replay) == 0:
+            # A fresh run (a resumed one is past it).
+            while collector.env_steps < self.warmup_steps or len(collector.replay) == 0:
                 collector.step(policy)
-            collector.pending_updates = collector.env_steps - self.warmup_steps
+            collector.update_credit = (collector.env_steps - self.warmup_steps) * earned
         while True:
-            if collector.pending_updates == 0:
-                collector.pending_updates = collector.step(policy)
-            # Counted before the update runs: a checkpoint after it holds what is left.
-            collector.pending_updates -= 1
+            while collector.update_credit < cost:
+                collector.update_credit += earned * collector.step(policy)
+            # Paid before the update runs: a checkpoint after it holds what is left.
+            collector.update_credit -= cost
             returns, outcomes = collector.pop_ended_episodes()
+            # The transition this update follows: the last one whose credit it spent.
             yield ExperienceBatch(collector.replay.sample(self.batch_size), returns, outcomes,
-                                  collector.env_steps - collector.pending_updates)
+                                  collector.env_steps - collector.update_credit // earned)
 
 
 class ExperienceDataModule(pl.LightningDataModule):
@@ -195,12 +236,14 @@ class ExperienceDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, env_config, batch_size: int, replay_capacity: int, warmup_steps: int,
-                 seeds: list[int]) -> None:
+                 seeds: list[int], n_step: int = 1, updates_per_step: float = 1.0) -> None:
         super().__init__()
         self.env_config = env_config
         self.batch_size = batch_size
         self.replay_capacity = replay_capacity
         self.warmup_steps = warmup_steps
+        self.n_step = n_step
+        self.updates_per_step = update_ratio(updates_per_step)
         self.seeds = list(seeds)
         self.copies_per_member = int(getattr(env_config, "num_envs", 1))
         self.collector: Collector | None = None
@@ -217,7 +260,8 @@ class ExperienceDataModule(pl.LightningDataModule):
                               seeds=[seed + 1 for seed in self.seeds])
         self.collector = Collector(copies, replay, len(self.seeds), n,
                                    getattr(self.env_config, "reward_scale", 1.0),
-                                   self.env_config.reward_clip)
+                                   self.env_config.reward_clip, self.problem.gamma, self.n_step,
+                                   self.updates_per_step)
 
     @property
     def env_steps(self) -> int:

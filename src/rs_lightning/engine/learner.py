@@ -9,6 +9,7 @@ R) picks both the acting action and the target action.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -33,18 +34,31 @@ log = logging.getLogger("rs_lightning")
 
 class TrainingClock:
     """Wall seconds spent in training, summed over the attempts of a resumed run (the time
-    between an interruption and its resume does not count)."""
+    between an interruption and its resume does not count), less the time spent in
+    :meth:`paused` blocks (the periodic evaluations)."""
 
     def __init__(self) -> None:
         self.before = 0.0  # seconds of the earlier attempts (from the checkpoint)
         self.started: float | None = None
+        self.excluded = 0.0  # seconds paused in this attempt
 
     def start(self) -> None:
         self.started = time.perf_counter()
+        self.excluded = 0.0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """A block whose wall time does not count as training."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.excluded += time.perf_counter() - begin
 
     def seconds(self) -> float:
-        running = 0.0 if self.started is None else time.perf_counter() - self.started
-        return self.before + running
+        if self.started is None:
+            return self.before
+        return self.before + time.perf_counter() - self.started - self.excluded
 
 
 @dataclass

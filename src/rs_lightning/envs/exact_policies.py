@@ -67,7 +67,7 @@ MAX_ITERATIONS = 100
 # --------------------------------------------------------------------------- utility of a law
 
 # Risk measures with a closed form on a Gaussian mixture; others go through a fine CDF grid.
-_CLOSED_FORM_RISKS = ("var", "cvar")
+CLOSED_FORM_RISKS = ("var", "cvar")
 GRID_POINTS = 4001
 TAIL_SIGMAS = 8.0
 
@@ -88,7 +88,7 @@ def mixture_risk(mixture: GaussianMixture, utility: Utility) -> float:
     registered measure applied to the mixture on a fine grid."""
     if utility.risk == "expectation":
         return mixture.mean()
-    if utility.risk in _CLOSED_FORM_RISKS:
+    if utility.risk in CLOSED_FORM_RISKS:
         return mixture.risk(utility.params["rho"], utility.risk)
     return float(utility.risk_value(mixture_as_distribution(mixture)))
 
@@ -577,6 +577,7 @@ def static_switch_points(
 
 __all__ = [
     "ALPHA_GRID",
+    "CLOSED_FORM_RISKS",
     "ActionStatistics",
     "CYCLE",
     "EpisodeReport",

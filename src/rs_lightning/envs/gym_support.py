@@ -15,10 +15,14 @@
   observations.
 
 :func:`discounted_return_bounds` is the rule the README gives for choosing the return support
-[return_min, return_max] of an environment.
+[return_min, return_max] of an environment; :func:`declared_reward_bounds` and
+:func:`unit_reward_scale` derive the defaults of ``env=gym`` from what gymnasium declares
+(:mod:`rs_lightning.envs.derived_defaults`).
 """
 
 from __future__ import annotations
+
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -155,4 +159,48 @@ def discounted_return_bounds(
     steps_worth = 1.0 / (1.0 - gamma) if horizon is None else (1.0 - gamma**horizon) / (1.0 - gamma)
     low = min(reward_min, 0.0) * steps_worth + max(reward_min, 0.0)
     high = max(reward_max, 0.0) * steps_worth + min(reward_max, 0.0)
+    return low, high
+
+
+# Per-step reward bounds of gymnasium's own environments that declare none in code (their
+# documentation: CartPole +1 every step, Acrobot -1 per step and 0 on reaching the goal,
+# MountainCar -1 every step), for their default arguments.
+KNOWN_REWARD_BOUNDS = {
+    "CartPole": (1.0, 1.0),
+    "Acrobot": (-1.0, 0.0),
+    "MountainCar": (-1.0, -1.0),
+}
+
+
+def declared_reward_bounds(env: gym.Env, env_id: str, kwargs: dict | None = None
+                           ) -> tuple[float, float] | None:
+    """[r_min, r_max] of one step's reward as declared: the environment's own finite
+    ``reward_range`` (FrozenLake sets it from its arguments), else :data:`KNOWN_REWARD_BOUNDS`
+    when no ``kwargs`` are given (arguments may change the rewards); None if neither."""
+    declared = getattr(env.unwrapped, "reward_range", None)
+    if declared is not None and all(math.isfinite(float(r)) for r in declared):
+        return float(declared[0]), float(declared[1])
+    if kwargs:
+        return None
+    name = env_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1].split("-v")[0]
+    return KNOWN_REWARD_BOUNDS.get(name)
+
+
+def unit_reward_scale(return_low: float, return_high: float) -> float | None:
+    """The power of ten that brings the larger of |return_low|, |return_high| into (0.1, 1]
+    (README, "Choosing the return support": returns of a few units suit every agent's
+    default settings); None when both are 0."""
+    largest = max(abs(return_low), abs(return_high))
+    if not largest > 0 or not math.isfinite(largest):
+        return None
+    return 10.0 ** -math.ceil(math.log10(largest) - 1e-9)
+
+
+def scaled_reward_bounds(reward_min: float, reward_max: float, scale: float,
+                         clip: float | None) -> tuple[float, float]:
+    """The bounds of a learnt reward, r * scale then clipped to [-clip, clip] (the learner's
+    rule, rs_lightning.engine.experience.learning_reward)."""
+    low, high = reward_min * scale, reward_max * scale
+    if clip is not None:
+        low, high = min(max(low, -clip), clip), min(max(high, -clip), clip)
     return low, high

@@ -1,0 +1,611 @@
+"""Time to solve CartPole-v1 against peer libraries, on this machine, in one run.
+
+    pip install -e '.[bench]'                    # Tianshou 2.0.1, Stable-Baselines3 + sb3-contrib 2.x
+    python benchmarks/peers.py                   # 5 seeds, every agent of ours, every peer
+    python benchmarks/peers.py --seeds 0 1 --agents c51 iqn --peers tianshou_c51
+    python benchmarks/peers.py --dry-run         # print the commands, run nothing
+    python benchmarks/peers.py --out peers.json  # also save every raw number
+
+The score of a run is its training time (wall seconds, evaluations left out) to the first
+greedy evaluation whose mean return over 20 episodes is at least 475, within a cap on
+environment steps (``--max-env-steps``, transitions of all copies together) and on training
+seconds (``--max-seconds``); a run that hits a cap is "not reached (N env steps, T s)", N and
+T those of its last evaluation within the caps. Every run is a process of its own with one
+torch thread (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``), and the
+runs go seed by seed, each seed round-robin over the libraries (the starting one rotating with
+the seed), so that the load of a shared machine falls on all of them alike.
+
+Ours: ``python train.py experiment=cartpole_fast agent=<a> alpha=1 seed=<s>
+trainer.stop_at_return=475 ...``; its time is the ``train_seconds`` of the first line of its
+``eval_history.jsonl`` at or above 475 (extra Hydra overrides: ``--overrides``).
+
+The peers, with their own published settings for CartPole-v1 (the learning settings as
+published; the evaluation is the common one above):
+
+- ``tianshou_c51`` and ``tianshou_iqn``: Tianshou 2.0.1's ``test/discrete/test_c51.py`` and
+  ``test_iqn.py`` (8 / 10 environment copies, one update per 8 / 10 transitions, 3-step
+  returns, gamma 0.9, ...; ``TIANSHOU`` below), trained by Tianshou's own off-policy trainer.
+  Its epoch length only sets how often the trainer evaluates: here every ``--eval-every``
+  environment steps, and (its ``test_in_training``) whenever the training episodes reach 475;
+- ``sb3_qrdqn``: sb3-contrib's QR-DQN with the RL Baselines3 Zoo's tuned CartPole-v1
+  hyperparameters (``hyperparams/qrdqn.yml``: one environment, 128 updates every 256 steps,
+  ...; ``SB3_QRDQN`` below), evaluated every ``--eval-every`` environment steps. The zoo's
+  exploration fraction (0.16) is of its 50,000-step budget: epsilon reaches its end at step
+  8,000 here too.
+
+A run that fails (its error is printed) shows as "failed", counts as not reached and makes
+the exit status 1. The table gives each seed's time, the median over seeds (a seed not
+reached counts as infinitely slow) and the ratio of each of our medians to each peer's, with
+the targets of issue 19 against Tianshou's C51.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+THRESHOLD = 475.0
+EPISODES = 20
+OUR_AGENTS = ("dqn", "c51", "qr_dqn", "iqn", "rs_umdqn_c")
+OUR_DISTRIBUTIONAL = ("c51", "qr_dqn", "iqn", "rs_umdqn_c")
+PEERS = ("tianshou_c51", "tianshou_iqn", "sb3_qrdqn")
+REFERENCE_PEER = "tianshou_c51"
+# Issue 19: our medians over Tianshou C51's, at most this (the best distributional agent: 1).
+TARGETS = {"best distributional": 1.0, "c51": 1.5, "qr_dqn": 1.5, "iqn": 1.5, "rs_umdqn_c": 3.0}
+INSTALL = ("benchmarks/peers.py needs the optional extra 'bench' (Tianshou 2.0.1, "
+           "Stable-Baselines3 and sb3-contrib 2.x): pip install -e '.[bench]'")
+PEER_MODULES = {"tianshou_c51": ("tianshou",), "tianshou_iqn": ("tianshou",),
+                "sb3_qrdqn": ("stable_baselines3", "sb3_contrib")}
+RESULT_MARK = "PEERS_RESULT "
+
+# Tianshou 2.0.1, test/discrete/test_c51.py and test_iqn.py (defaults of their arguments).
+TIANSHOU = {
+    "tianshou_c51": dict(num_training_envs=8, collection_step_num_env_steps=8,
+                         update_per_step=0.125, lr=1e-3, gamma=0.9, n_step=3,
+                         target_update_freq=320, batch_size=64, buffer_size=20000,
+                         hidden_sizes=[128, 128, 128, 128], num_atoms=51, v_min=-10.0,
+                         v_max=10.0, eps_train=0.1),
+    "tianshou_iqn": dict(num_training_envs=10, collection_step_num_env_steps=10,
+                         update_per_step=0.1, lr=3e-3, gamma=0.9, n_step=3,
+                         target_update_freq=320, batch_size=64, buffer_size=20000,
+                         hidden_sizes=[64, 64, 64], sample_size=32, online_sample_size=8,
+                         target_sample_size=8, num_cosines=64, eps_train=0.1),
+}
+# RL Baselines3 Zoo, hyperparams/qrdqn.yml, CartPole-v1 (one environment, no normalisation).
+SB3_QRDQN = dict(n_timesteps=50000, learning_rate=2.3e-3, batch_size=64, buffer_size=100000,
+                 learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+                 gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                 net_arch=[256, 256], n_quantiles=10)
+
+
+# ----------------------------------------------------------------------- pure functions
+def missing_modules(peers: Iterable[str]) -> list[str]:
+    """The modules of the ``bench`` extra that the chosen peers need and that are absent."""
+    needed = sorted({module for peer in peers for module in PEER_MODULES[peer]})
+    return [module for module in needed if find_spec(module) is None]
+
+
+def run_order(entries: list[str], seed_index: int) -> list[str]:
+    """The entries in round-robin order for the ``seed_index``-th seed (start rotated)."""
+    shift = seed_index % len(entries) if entries else 0
+    return entries[shift:] + entries[:shift]
+
+
+def reach_from_history(history: Iterable[dict[str, Any]], threshold: float,
+                       max_env_steps: int, max_seconds: float) -> dict[str, Any]:
+    """The score of a run from its evaluations (``env_steps``, ``train_seconds`` and
+    ``expectation``, the mean return): the first within both caps reaching ``threshold``, or
+    not reached, at the last evaluation within the caps (else the first one past them)."""
+    records = sorted(history, key=lambda r: r["env_steps"])
+    last: dict[str, Any] | None = None
+    for record in records:
+        within = record["env_steps"] <= max_env_steps and record["train_seconds"] <= max_seconds
+        if not within:
+            last = last or record
+            break
+        last = record
+        if record["expectation"] >= threshold:
+            return {"reached": True, "train_seconds": record["train_seconds"],
+                    "env_steps": record["env_steps"]}
+    return {"reached": False, "train_seconds": None,
+            "env_steps": last["env_steps"] if last else 0,
+            "seconds_trained": last["train_seconds"] if last else 0.0}
+
+
+def past_caps(history: Iterable[dict[str, Any]], threshold: float, max_env_steps: int,
+              max_seconds: float) -> bool:
+    """Whether a run can stop: it reached ``threshold`` or an evaluation is past a cap."""
+    for record in history:
+        if (record["expectation"] >= threshold or record["env_steps"] > max_env_steps
+                or record["train_seconds"] > max_seconds):
+            return True
+    return False
+
+
+def median_seconds(times: Iterable[float | None]) -> float:
+    """Median over seeds of the times to the target, a seed not reached (None) counting as
+    infinitely slow (so the median is infinite when half or more are not reached)."""
+    values = [math.inf if t is None else float(t) for t in times]
+    if not values:
+        return math.nan
+    values.sort()
+    middle = len(values) // 2
+    if len(values) % 2:
+        return values[middle]
+    low, high = values[middle - 1], values[middle]
+    return math.inf if math.isinf(high) else (low + high) / 2
+
+
+def ratio(ours: float, peer: float) -> float | None:
+    """ours / peer, None where it means nothing (a peer that did not reach, or no runs)."""
+    if math.isnan(ours) or math.isnan(peer) or math.isinf(peer) or peer <= 0:
+        return None
+    return math.inf if math.isinf(ours) else ours / peer
+
+
+def best_distributional(medians: dict[str, float]) -> str | None:
+    """Our distributional agent with the smallest median (None if none ran)."""
+    ran = [a for a in OUR_DISTRIBUTIONAL if f"ours_{a}" in medians and not math.isnan(medians[f"ours_{a}"])]
+    return min(ran, key=lambda a: medians[f"ours_{a}"]) if ran else None
+
+
+def cell(run: dict[str, Any]) -> str:
+    """A table cell: the time to the target, or why there is none."""
+    if run.get("error"):
+        return "failed"
+    if run["reached"]:
+        return f"{run['train_seconds']:.1f} s ({run['env_steps']:,} steps)"
+    return f"not reached ({run['env_steps']:,} env steps, {run.get('seconds_trained', 0.0):.1f} s)"
+
+
+def format_seconds(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return "not reached" if math.isinf(value) else f"{value:.1f} s"
+
+
+def format_ratio(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.2f}x"
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per entry (``ours_<agent>`` or a peer), our ratios to each peer, and the
+    issue's targets against Tianshou C51."""
+    entries = list(dict.fromkeys(run["entry"] for run in runs))
+    medians = {e: median_seconds(r["train_seconds"] if not r.get("error") else None
+                                 for r in runs if r["entry"] == e) for e in entries}
+    ours = [e for e in entries if e.startswith("ours_")]
+    peers = [e for e in entries if not e.startswith("ours_")]
+    ratios = {o: {p: ratio(medians[o], medians[p]) for p in peers} for o in ours}
+    targets = []
+    if REFERENCE_PEER in medians:
+        best = best_distributional(medians)
+        if best is not None:
+            targets.append(("best distributional", f"ours_{best}"))
+        targets += [(a, f"ours_{a}") for a in OUR_DISTRIBUTIONAL if f"ours_{a}" in medians]
+    checks = []
+    for name, entry in targets:
+        value = ratio(medians[entry], medians[REFERENCE_PEER])
+        checks.append({"target": name, "entry": entry, "ratio": value, "at_most": TARGETS[name],
+                       "met": value is not None and value <= TARGETS[name]})
+    all_seeds = {e: all(r["reached"] and not r.get("error") for r in runs if r["entry"] == e)
+                 for e in ours}
+    return {"medians": medians, "ratios": ratios, "targets": checks,
+            "every_seed_reached": all_seeds}
+
+
+def markdown(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """The results as Markdown: one row per entry (time per seed, median), our ratios to
+    each peer, and the targets."""
+    seeds = sorted({run["seed"] for run in runs})
+    entries = list(summary["medians"])
+    by_key = {(run["entry"], run["seed"]): run for run in runs}
+    lines = ["| library / agent | " + " | ".join(f"seed {s}" for s in seeds) + " | median |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for entry in entries:
+        cells = [cell(by_key[(entry, s)]) if (entry, s) in by_key else "-" for s in seeds]
+        lines.append(f"| {entry} | " + " | ".join(cells)
+                     + f" | {format_seconds(summary['medians'][entry])} |")
+    peers = [e for e in entries if not e.startswith("ours_")]
+    if summary["ratios"] and peers:
+        lines += ["", "| our median / peer median | " + " | ".join(peers) + " |",
+                  "|---|" + "---|" * len(peers)]
+        for ours, row in summary["ratios"].items():
+            lines.append(f"| {ours} | " + " | ".join(format_ratio(row[p]) for p in peers) + " |")
+    if summary["targets"]:
+        lines += ["", f"| target (against {REFERENCE_PEER}) | ours | ratio | at most | |",
+                  "|---|---|---|---|---|"]
+        for check in summary["targets"]:
+            lines.append(f"| {check['target']} | {check['entry']} | {format_ratio(check['ratio'])}"
+                         f" | {check['at_most']:.1f}x | {'met' if check['met'] else 'MISSED'} |")
+    if summary["every_seed_reached"]:
+        lines += ["", "Every seed reached the target within the caps: " + ", ".join(
+            f"{e} {'yes' if ok else 'NO'}" for e, ok in summary["every_seed_reached"].items())]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------- commands
+def thread_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    src = str(ROOT / "src")  # this tree's package, whichever one pip installed
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def ours_command(agent: str, seed: int, run_dir: str, overrides: list[str],
+                 threshold: float = THRESHOLD) -> list[str]:
+    return [sys.executable, "train.py", "experiment=cartpole_fast", f"agent={agent}", "alpha=1",
+            f"seed={seed}", f"trainer.stop_at_return={threshold:g}", "logger=csv",
+            "hardware.torch_threads=1", "callbacks.progress_bar=false",
+            f"hydra.run.dir={run_dir}", *overrides]
+
+
+def peer_command(peer: str, seed: int, args: argparse.Namespace) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--seeds", str(seed),
+            "--max-env-steps", str(args.max_env_steps), "--max-seconds", str(args.max_seconds),
+            "--eval-every", str(args.eval_every), "--threshold", str(args.threshold)]
+
+
+def hard_limit(args: argparse.Namespace) -> float:
+    """Wall seconds after which a run is killed: its training budget, its evaluations and
+    start-up (a run reports its own caps; this only guards against a hung one)."""
+    return 3 * args.max_seconds + 300
+
+
+def run_ours(agent: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Our run as a user starts it; polls its ``eval_history.jsonl`` and ends it once it has
+    reached the target or passed a cap (it stops by itself at the target)."""
+    run_dir = tempfile.mkdtemp(prefix=f"peers_{agent}_{seed}_")
+    log_path = Path(run_dir) / "peers_output.txt"
+    command = ours_command(agent, seed, run_dir, args.overrides, args.threshold)
+    start = time.perf_counter()
+    history: list[dict[str, Any]] = []
+    killed = False
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=thread_env(), stdout=log,
+                                   stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            time.sleep(0.5)
+            history = read_history(Path(run_dir) / "eval_history.jsonl")
+            caps = past_caps(history, args.threshold, args.max_env_steps, args.max_seconds)
+            if caps and not any(r["expectation"] >= args.threshold for r in history):
+                killed = True  # past a cap: no need to train to the end
+            if killed or time.perf_counter() - start > hard_limit(args):
+                killed = True
+                process.terminate()
+                process.wait()
+    history = read_history(Path(run_dir) / "eval_history.jsonl")
+    result = reach_from_history(history, args.threshold, args.max_env_steps, args.max_seconds)
+    result.update(evaluations=[{k: r.get(k) for k in ("step", "env_steps", "train_seconds",
+                                                      "expectation")} for r in history],
+                  wall_seconds=round(time.perf_counter() - start, 3))
+    if process.returncode != 0 and not killed:
+        result["error"] = log_path.read_text()[-2000:]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of an ``eval_history.jsonl`` being written."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # the line being written
+    return records
+
+
+def run_peer(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(peer_command(peer, seed, args), cwd=ROOT, env=thread_env(),
+                              capture_output=True, text=True, timeout=hard_limit(args),
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"reached": False, "train_seconds": None, "env_steps": 0,
+                "error": f"killed after {hard_limit(args):.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if done.returncode != 0 or not lines:
+        return {"reached": False, "train_seconds": None, "env_steps": 0,
+                "error": (done.stderr or done.stdout)[-2000:]}
+    result = json.loads(lines[-1][len(RESULT_MARK):])
+    result["wall_seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+# ----------------------------------------------------------------------- the peers (worker side)
+class _Budget(Exception):
+    """A peer's run passed a cap."""
+
+
+class _Clock:
+    """Training seconds: wall time with the evaluations left out."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.excluded = 0.0
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start - self.excluded
+
+
+def _tianshou(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from tianshou.algorithm import C51, IQN
+    from tianshou.algorithm.modelfree.c51 import C51Policy
+    from tianshou.algorithm.modelfree.iqn import IQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.trainer import OffPolicyTrainerParams
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.discrete import ImplicitQuantileNetwork
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    s = TIANSHOU[peer]
+    env = gym.make("CartPole-v1")
+    training_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1")
+                                    for _ in range(s["num_training_envs"])])
+    test_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(EPISODES)])
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    training_envs.seed(seed)
+    test_envs.seed(seed)
+    obs_shape, n_actions = env.observation_space.shape, int(env.action_space.n)
+    if peer == "tianshou_c51":
+        net = Net(state_shape=obs_shape, action_shape=n_actions, hidden_sizes=s["hidden_sizes"],
+                  softmax=True, num_atoms=s["num_atoms"])
+        policy = C51Policy(model=net, action_space=env.action_space,
+                           observation_space=env.observation_space, num_atoms=s["num_atoms"],
+                           v_min=s["v_min"], v_max=s["v_max"], eps_training=s["eps_train"],
+                           eps_inference=0.0)
+        algorithm = C51(policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+                        n_step_return_horizon=s["n_step"],
+                        target_update_freq=s["target_update_freq"])
+    else:
+        torso = Net(state_shape=obs_shape, action_shape=s["hidden_sizes"][-1],
+                    hidden_sizes=s["hidden_sizes"][:-1], softmax=False)
+        net = ImplicitQuantileNetwork(preprocess_net=torso, action_shape=n_actions,
+                                      num_cosines=s["num_cosines"])
+        policy = IQNPolicy(model=net, action_space=env.action_space,
+                           sample_size=s["sample_size"],
+                           online_sample_size=s["online_sample_size"],
+                           target_sample_size=s["target_sample_size"],
+                           eps_training=s["eps_train"], eps_inference=0.0)
+        algorithm = IQN(policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+                        n_step_return_horizon=s["n_step"],
+                        target_update_freq=s["target_update_freq"])
+    buffer = VectorReplayBuffer(s["buffer_size"], buffer_num=s["num_training_envs"])
+    training_collector = Collector[CollectStats](algorithm, training_envs, buffer,
+                                                 exploration_noise=True)
+    # Greedy evaluation: no exploration noise (the published tests add epsilon 0.05).
+    test_collector = Collector[CollectStats](algorithm, test_envs, exploration_noise=False)
+
+    # The trainer resets the collector's count after the warm-up collection: add it back,
+    # so that the cap counts every transition (Tianshou's epsilon schedule does not).
+    warmup = s["batch_size"] * s["num_training_envs"]
+    clock = _Clock()
+    evaluations: list[dict[str, Any]] = []
+    evaluate = test_collector.collect
+
+    def timed_evaluation(*a: Any, **k: Any) -> Any:
+        paused = time.perf_counter()
+        train_seconds = clock.seconds()
+        stats = evaluate(*a, **k)
+        evaluations.append({"env_steps": warmup + int(training_collector.collect_step),
+                            "train_seconds": round(train_seconds, 3),
+                            "expectation": float(stats.returns_stat.mean)})
+        clock.excluded += time.perf_counter() - paused
+        return stats
+
+    test_collector.collect = timed_evaluation  # type: ignore[method-assign]
+
+    def training_fn(epoch: int, env_step: int) -> None:
+        if warmup + env_step >= args.max_env_steps or clock.seconds() > args.max_seconds:
+            raise _Budget
+        # The published epsilon: 0.1 for 10,000 steps, then down to 0.01 at 50,000.
+        if env_step <= 10000:
+            eps = s["eps_train"]
+        elif env_step <= 50000:
+            eps = s["eps_train"] - (env_step - 10000) / 40000 * (0.9 * s["eps_train"])
+        else:
+            eps = 0.1 * s["eps_train"]
+        policy.set_eps_training(eps)
+
+    with policy_within_training_step(policy):
+        training_collector.reset()
+        training_collector.collect(n_step=warmup)
+    try:
+        algorithm.run_training(OffPolicyTrainerParams(
+            training_collector=training_collector, test_collector=test_collector,
+            max_epochs=math.ceil(args.max_env_steps / args.eval_every),
+            epoch_num_steps=args.eval_every,
+            collection_step_num_env_steps=s["collection_step_num_env_steps"],
+            test_step_num_episodes=EPISODES, batch_size=s["batch_size"],
+            update_step_num_gradient_steps_per_sample=s["update_per_step"],
+            training_fn=training_fn, stop_fn=lambda mean: mean >= args.threshold,
+            test_in_training=True, verbose=False, show_progress=False))
+    except _Budget:
+        pass
+    return {"evaluations": evaluations,
+            "final_env_steps": warmup + int(training_collector.collect_step),
+            "final_seconds": round(clock.seconds(), 3)}
+
+
+def _sb3_qrdqn(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    import gymnasium as gym
+    from sb3_contrib import QRDQN
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+
+    z = SB3_QRDQN
+    total = args.max_env_steps
+    model = QRDQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=z["learning_rate"],
+                  batch_size=z["batch_size"], buffer_size=z["buffer_size"],
+                  learning_starts=z["learning_starts"], gamma=z["gamma"],
+                  target_update_interval=z["target_update_interval"],
+                  train_freq=z["train_freq"], gradient_steps=z["gradient_steps"],
+                  # The zoo's fraction is of its 50,000 steps: the same decay length here.
+                  exploration_fraction=min(1.0, z["exploration_fraction"] * z["n_timesteps"] / total),
+                  exploration_final_eps=z["exploration_final_eps"],
+                  policy_kwargs={"net_arch": z["net_arch"], "n_quantiles": z["n_quantiles"]},
+                  seed=seed, device="cpu", verbose=0)
+    eval_env = Monitor(gym.make("CartPole-v1"))
+    eval_env.reset(seed=seed + 10_000)
+    clock = _Clock()
+    evaluations: list[dict[str, Any]] = []
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if clock.seconds() > args.max_seconds:
+                return False
+            if self.num_timesteps % args.eval_every:
+                return True
+            paused = time.perf_counter()
+            train_seconds = clock.seconds()
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EPISODES,
+                                      deterministic=True)
+            evaluations.append({"env_steps": int(self.num_timesteps),
+                                "train_seconds": round(train_seconds, 3),
+                                "expectation": float(mean)})
+            clock.excluded += time.perf_counter() - paused
+            return mean < args.threshold
+
+    clock.start = time.perf_counter()
+    model.learn(total_timesteps=total, callback=Evaluate())
+    return {"evaluations": evaluations, "final_env_steps": int(model.num_timesteps),
+            "final_seconds": round(clock.seconds(), 3)}
+
+
+def worker(peer: str, seed: int, args: argparse.Namespace) -> None:
+    """One peer run in this process: prints its result as one JSON line."""
+    import torch
+
+    torch.set_num_threads(1)
+    raw = _sb3_qrdqn(seed, args) if peer == "sb3_qrdqn" else _tianshou(peer, seed, args)
+    result = reach_from_history(raw["evaluations"], args.threshold, args.max_env_steps,
+                                args.max_seconds)
+    result.update(evaluations=raw["evaluations"], stopped_at_env_steps=raw["final_env_steps"],
+                  stopped_at_seconds=raw["final_seconds"])
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+# ----------------------------------------------------------------------- main
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "numpy", "gymnasium", "pytorch-lightning", "tianshou",
+                 "stable-baselines3", "sb3-contrib"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--agents", nargs="*", default=list(OUR_AGENTS), choices=OUR_AGENTS,
+                        help="our agents (none: only the peers)")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS,
+                        help="peer agents (none: only ours, no extra needed)")
+    parser.add_argument("--max-env-steps", type=int, default=100_000,
+                        help="cap on environment steps (transitions of all copies)")
+    parser.add_argument("--max-seconds", type=float, default=600.0,
+                        help="cap on training seconds per run")
+    parser.add_argument("--eval-every", type=int, default=2000,
+                        help="environment steps between the peers' evaluations (ours: "
+                             "evaluation.every_n_steps of the preset)")
+    parser.add_argument("--threshold", type=float, default=THRESHOLD,
+                        help="the mean return that counts as solved (CartPole-v1: 475)")
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="extra Hydra overrides for our runs, e.g. learning.lr=3e-3")
+    parser.add_argument("--out", type=Path, help="write every raw number to this JSON file")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.max_env_steps <= 0 or args.max_seconds <= 0 or args.eval_every <= 0:
+        parser.error("--max-env-steps, --max-seconds and --eval-every must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.seeds[0], args)
+        return 0
+    entries = [f"ours_{a}" for a in args.agents] + list(args.peers)
+    if args.dry_run:
+        for index, seed in enumerate(args.seeds):
+            for entry in run_order(entries, index):
+                command = (ours_command(entry[5:], seed, "<tmp>", args.overrides, args.threshold)
+                           if entry.startswith("ours_") else peer_command(entry, seed, args))
+                print(f"cd {ROOT} && OMP_NUM_THREADS=1 PYTHONPATH={ROOT / 'src'} "
+                      + shlex.join(command))
+        return 0
+    missing = missing_modules(args.peers)
+    if missing:
+        print(INSTALL, file=sys.stderr)
+        return 2
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load_before = os.getloadavg()
+    runs = []
+    for index, seed in enumerate(args.seeds):
+        for entry in run_order(entries, index):
+            result = (run_ours(entry[5:], seed, args) if entry.startswith("ours_")
+                      else run_peer(entry, seed, args))
+            result.update(entry=entry, seed=seed)
+            runs.append(result)
+            print(f"{entry} seed {seed}: {cell(result)}", file=sys.stderr, flush=True)
+            if result.get("error"):
+                print(result["error"], file=sys.stderr)
+    summary = summarize(runs)
+    load_after = os.getloadavg()
+    print(f"CartPole-v1, training seconds to a {EPISODES}-episode greedy mean return >= "
+          f"{args.threshold:g} (caps: {args.max_env_steps:,} env steps, {args.max_seconds:g} s); "
+          f"one torch thread per run; load average (1 min) {load_before[0]:.1f} before, "
+          f"{load_after[0]:.1f} after.\n")
+    print(markdown(runs, summary))
+    if args.out:
+        args.out.write_text(json.dumps({
+            "command": " ".join(["python", "benchmarks/peers.py", *(argv or sys.argv[1:])]),
+            "started": started, "machine": {"platform": platform.platform(),
+                                            "cpus": os.cpu_count(),
+                                            "load_before": load_before, "load_after": load_after},
+            "versions": versions(), "threshold": args.threshold, "episodes": EPISODES,
+            "max_env_steps": args.max_env_steps, "max_seconds": args.max_seconds,
+            "eval_every": args.eval_every, "overrides": args.overrides,
+            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
+            "runs": runs, **{k: v for k, v in summary.items()}},
+            indent=1, default=str) + "\n")
+    return 1 if any(run.get("error") for run in runs) else 0  # a run that failed: say so
+
+
+if __name__ == "__main__":
+    sys.exit(main())

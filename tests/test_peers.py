@@ -1,0 +1,85 @@
+"""benchmarks/peers.py without running a benchmark: the missing extra answered with the
+install line (exit 2), the dry run's commands, and the scoring functions on made-up runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("peers", ROOT / "benchmarks" / "peers.py")
+peers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peers)
+
+
+def test_without_the_extra_it_says_how_to_install_it(monkeypatch, capsys):
+    real = peers.find_spec
+    monkeypatch.setattr(peers, "find_spec",
+                        lambda name: None if name in ("tianshou", "sb3_contrib") else real(name))
+    assert peers.main(["--seeds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install -e '.[bench]'" in err[0]
+    assert peers.missing_modules(["sb3_qrdqn"]) == ["sb3_contrib"]
+    assert peers.missing_modules([]) == []  # only our agents: nothing to install
+
+
+def test_dry_run_prints_every_command_round_robin(capsys):
+    assert peers.main(["--dry-run", "--seeds", "3", "4", "--agents", "c51", "--peers",
+                       "tianshou_c51", "sb3_qrdqn", "--overrides", "learning.lr=3e-3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6 and all("OMP_NUM_THREADS=1" in line for line in lines)
+    assert ("train.py experiment=cartpole_fast agent=c51 alpha=1 seed=3 "
+            "trainer.stop_at_return=475") in lines[0] and lines[0].endswith("learning.lr=3e-3")
+    assert "--worker tianshou_c51 --seeds 3" in lines[1] and "--worker sb3_qrdqn" in lines[2]
+    # The second seed starts one library later.
+    assert "--worker tianshou_c51 --seeds 4" in lines[3] and "agent=c51" in lines[5]
+
+
+def test_reach_from_history_takes_the_first_evaluation_at_the_target_within_the_caps():
+    history = [{"env_steps": 4000, "train_seconds": 8.0, "expectation": 480.0},
+               {"env_steps": 2000, "train_seconds": 4.0, "expectation": 120.0}]
+    assert peers.reach_from_history(history, 475, 100_000, 600) == {
+        "reached": True, "train_seconds": 8.0, "env_steps": 4000}
+    # Past the step cap: not reached, reported at the last evaluation within it.
+    assert peers.reach_from_history(history, 475, 3000, 600) == {
+        "reached": False, "train_seconds": None, "env_steps": 2000, "seconds_trained": 4.0}
+    # Past the time cap before any evaluation within it.
+    assert peers.reach_from_history(history, 475, 100_000, 1.0)["env_steps"] == 2000
+    assert not peers.past_caps(history[1:], 475, 100_000, 600)
+    assert peers.past_caps(history, 475, 100_000, 600)
+
+
+def test_median_ratio_and_table_on_made_up_runs():
+    assert peers.median_seconds([30.0, None, 10.0]) == 30.0
+    assert peers.median_seconds([30.0, 10.0, 20.0, 50.0]) == 25.0
+    assert math.isinf(peers.median_seconds([None, None, 5.0]))
+    assert math.isinf(peers.median_seconds([None, 5.0]))
+    assert peers.ratio(20.0, 10.0) == 2.0
+    assert peers.ratio(10.0, math.inf) is None and math.isinf(peers.ratio(math.inf, 4.0))
+
+    def run(entry, seed, seconds, steps=20_000):
+        reached = seconds is not None
+        return {"entry": entry, "seed": seed, "reached": reached, "train_seconds": seconds,
+                "env_steps": steps, **({} if reached else {"seconds_trained": 99.5})}
+
+    runs = [run("ours_c51", 0, 12.0), run("ours_c51", 1, 18.0), run("ours_c51", 2, 15.0),
+            run("ours_iqn", 0, 40.0), run("ours_iqn", 1, None, 100_000), run("ours_iqn", 2, 30.0),
+            run("tianshou_c51", 0, 10.0), run("tianshou_c51", 1, 12.0),
+            run("tianshou_c51", 2, 11.0)]
+    summary = peers.summarize(runs)
+    assert summary["medians"] == {"ours_c51": 15.0, "ours_iqn": 40.0, "tianshou_c51": 11.0}
+    assert summary["ratios"]["ours_c51"]["tianshou_c51"] == pytest.approx(15 / 11)
+    targets = {t["target"]: t for t in summary["targets"]}
+    assert targets["best distributional"]["entry"] == "ours_c51"
+    assert not targets["best distributional"]["met"] and targets["c51"]["met"]
+    assert not targets["iqn"]["met"]  # 40 / 11 > 1.5
+    assert summary["every_seed_reached"] == {"ours_c51": True, "ours_iqn": False}
+    table = peers.markdown(runs, summary)
+    assert "| ours_c51 | 12.0 s (20,000 steps) | 18.0 s (20,000 steps) | 15.0 s (20,000 steps) | 15.0 s |" in table
+    assert "not reached (100,000 env steps, 99.5 s)" in table
+    assert "| ours_c51 | 1.36x |" in table and "| ours_iqn | 3.64x |" in table
+    assert "| best distributional | ours_c51 | 1.36x | 1.0x | MISSED |" in table
+    assert "ours_iqn NO" in table
