@@ -147,7 +147,8 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
     ``checked``: what :func:`rs_lightning.run_folders.check_inputs` returned for ``cfg``
     (the job checked it already), else it is checked here, with the folder (never one of
     another config's run). The run holds the folder's lock
-    (:class:`~rs_lightning.run_folders.RunFolderLock`) while it writes. A run of one seed writes its outputs into ``run_dir``; a run of K seeds
+    (:class:`~rs_lightning.run_folders.RunFolderLock`) while it writes. A run of one seed
+    writes its outputs into ``run_dir``; a run of K seeds
     (``parallel_seeds=K``) writes each seed's into ``run_dir/seed_<s>/`` (the outputs of the
     single-seed run of that seed, its config and a checkpoint it resumes from) and, last,
     ``run_dir/members.json``.
@@ -160,11 +161,11 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
         folder_state(cfg, run_dir, output_key())  # refuses a folder of another config's run
     # One process writes into a run folder at a time (released however this one ends).
     with RunFolderLock(run_dir, output_key()):
-        return _run_locked(cfg, run_dir, *checked)
+        return _run_locked(cfg, run_dir, *checked, on_sigterm)
 
 
-def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start_step: int
-                ) -> dict[str, Any]:
+def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start_step: int,
+                on_sigterm: StopOnSigterm | None) -> dict[str, Any]:
     train = settings.train
     run_dir.mkdir(parents=True, exist_ok=True)
     # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
