@@ -284,3 +284,20 @@ def test_a_poisoned_checkpoint_in_a_sweep_job_fails_that_job_and_runs_nothing(gy
     failure = json.loads((job / "failed.json").read_text())
     assert failure["error"] == "UnsafeCheckpoint" and "raw bytes" in failure["message"]
     assert not marker.exists() and not (job / "eval.json").exists()
+
+
+def test_a_restart_ends_the_n_step_windows_episodes_as_a_time_limit_would():
+    from rs_lightning.replay import NStepReturns
+
+    window = NStepReturns(3, 0.5, copies=1, obs_shape=(1,))
+    for t in range(2):  # two steps of an episode in progress
+        window.push(np.array([[t]], np.float32), np.array([0]), np.array([1.0]),
+                    np.array([[t + 1]], np.float32), np.array([False]), np.array([False]))
+    window.truncate(np.array([[2.0]], np.float32))  # the state the checkpoint held
+    # The restarted episode's first step pushes out the first start: r0 + 0.5 r1, from state
+    # 2 (where the abandoned episode was), bootstrapped with 0.5^2, not from the new episode.
+    obs, action, reward, reached, stopped, discount = window.push(
+        np.array([[9]], np.float32), np.array([0]), np.array([1.0]),
+        np.array([[10]], np.float32), np.array([False]), np.array([False]))
+    assert obs[0, 0] == 0 and reward[0] == 1.5 and reached[0, 0] == 2.0
+    assert not stopped[0] and discount[0] == 0.25
