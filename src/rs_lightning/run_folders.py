@@ -31,7 +31,7 @@ from rs_lightning.types import Problem
 
 FAILED = "failed.json"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
-UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks")
+UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "objective")
 
 
 # ----------------------------------------------------------------------------- where

@@ -213,6 +213,29 @@ class FaultInjectionSection:
                 _require(value > 0, f"fault_injection.{key}", "a positive step or null", value)
 
 
+# What a job can return to a sweeper (train.py): a metric of eval.json; the grid worlds
+# (env.grid_size set) also have the risk outcome and the exact metrics.
+OBJECTIVE_METRICS = ("utility", "expectation", "var", "cvar")
+GRID_OBJECTIVE_METRICS = ("risk_outcome", "exact_utility", "exact_expectation", "exact_var",
+                          "exact_cvar", "exact_risk_outcome")
+OBJECTIVE_EVALUATIONS = ("final", "best")
+
+
+@dataclass
+class ObjectiveSection:
+    # The values live in conf/train.yaml; these defaults only fill runs recorded before it.
+    metric: str = "utility"
+    evaluation: str = "final"  # final: eval.json; best: the best periodic or final evaluation
+
+    def check(self, grid_world: bool) -> None:
+        if self.metric in GRID_OBJECTIVE_METRICS and not grid_world:
+            raise ConfigError("objective.metric", f"{self.metric!r} exists only on the grid "
+                              "worlds (exact_* and risk_outcome); allowed here: "
+                              + ", ".join(OBJECTIVE_METRICS))
+        _one_of("objective.metric", self.metric, OBJECTIVE_METRICS + GRID_OBJECTIVE_METRICS)
+        _one_of("objective.evaluation", self.evaluation, OBJECTIVE_EVALUATIONS)
+
+
 @dataclass
 class TrainConfig:
     seed: int = MISSING
@@ -230,6 +253,7 @@ class TrainConfig:
     logger: LoggerSection = MISSING
     callbacks: CallbacksSection = MISSING
     fault_injection: FaultInjectionSection = MISSING
+    objective: ObjectiveSection = field(default_factory=ObjectiveSection)
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
@@ -241,6 +265,7 @@ class TrainConfig:
             self.fault_injection,
         ):
             section.check()
+        self.objective.check(grid_world=bool(self.env.grid_size))
 
 
 @dataclass
