@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from rs_lightning.errors import ConfigError
 from rs_lightning.files import read_jsonl
 from rs_lightning.objective import run_objective
-from rs_lightning.report import STUDY_TABLE_KEY, main
+from rs_lightning.report import STUDY_TABLE_KEY, main, wandb_report
 from rs_lightning.schema import validate
 from tests.conftest import ROOT
 from tests.wandb_files import summary
@@ -113,3 +113,12 @@ def test_report_of_a_study_shows_and_logs_its_trials(study, tmp_path):
     assert len(data["data"]) == TRIALS and "objective" in data["columns"]
     best = OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value
     assert math.isclose(summary(run)["study/best_value"], best)
+
+
+def test_wandb_report_spec_shows_the_study():
+    import wandb_workspaces.reports.v2 as wr
+
+    spec = wandb_report("rs-lightning", None, "study", ["learning_curves"], study=True)
+    summary_grid = next(block for block in spec.blocks if isinstance(block, wr.PanelGrid))
+    tables = [p.table_name for p in summary_grid.panels if isinstance(p, wr.WeavePanelSummaryTable)]
+    assert tables == ["results", STUDY_TABLE_KEY]

@@ -372,7 +372,8 @@ def save_wandb_report(spec) -> str:
 
 
 def create_wandb_report(report: SweepReport) -> int:
-    spec = wandb_report(report.project, report.entity, report.group, [f.key for f in report.figures])
+    spec = wandb_report(report.project, report.entity, report.group,
+                        [f.key for f in report.figures], study=bool(report.study))
     try:
         print(f"W&B report: {save_wandb_report(spec)}")
     except Exception as error:  # the server decides; the local report is complete anyway
@@ -390,6 +391,9 @@ def sync_to_wandb(report: SweepReport) -> int:
         return 1
     # Logged offline, then uploaded: the same steps whether or not the server answers now.
     folder, _ = log_report_to_wandb(report, "offline")
+    import wandb
+
+    wandb.teardown()  # W&B's service closes the run's file before `wandb sync` reads it
     print(f"W&B: uploading the report run {report_run_id(report)} ({folder})")
     if run_wandb_sync([Path(folder)]) != 0:
         print("error: --sync: `wandb sync` of the report run failed (see above)", file=sys.stderr)
@@ -416,11 +420,13 @@ def wandb_report(
     group: str,
     figures: list[str] = (),
     title: Optional[str] = None,
+    study: bool = False,
 ):
     """The spec of a W&B Report of a sweep (a ``wandb_workspaces`` Report, not yet saved).
 
     One panel grid of the training runs of ``group`` with the curves of ``REPORT_CURVES``
-    grouped by agent, and one of the report run with the results table and the figures.
+    grouped by agent, and one of the report run with the results table, the figures and,
+    after an Optuna study (``study``), the table of its trials.
     """
     import wandb_workspaces.reports.v2 as wr
 
@@ -437,6 +443,8 @@ def wandb_report(
         for key, label in REPORT_CURVES
     ]
     media = [wr.WeavePanelSummaryTable(table_name=RESULTS_TABLE_KEY)]
+    if study:
+        media.append(wr.WeavePanelSummaryTable(table_name=STUDY_TABLE_KEY))
     if figures:
         media.append(wr.MediaBrowser(title="figures", media_keys=[f"figures/{f}" for f in figures]))
     return wr.Report(
