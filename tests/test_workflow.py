@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 import rs_lightning.report as report_module
-from rs_lightning.report import build_report, main, report_run_id, training_run_folders
+from rs_lightning.report import (
+    SweepReport, build_report, main, report_run_id, training_run_folders,
+)
 from rs_lightning.run_names import resume_marker, wandb_run_names
 from tests.conftest import ROOT
 from tests.wandb_files import run_record
@@ -131,6 +133,17 @@ def test_sync_uploads_training_runs_then_the_report_run_then_the_report(lr_sweep
     assert second != report_run and second.name.split("-")[-1] == report_run.name.split("-")[-1]
     assert run_record(second).run_id == run_record(report_run).run_id
     assert training_run_folders(build_report(lr_sweep)) == training
+
+
+def test_wandb_sync_takes_the_training_run_folders(lr_sweep):
+    """The real `wandb sync`, in its dry-run mode: it reads every folder given as a run."""
+    folders = training_run_folders(SweepReport(lr_sweep, lr_sweep / "report", [], ""))
+    result = subprocess.run([sys.executable, "-m", "wandb", "sync", "--dry-run", *map(str, folders)],
+                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Would sync {len(folders)} run(s)" in result.stdout + result.stderr
+    for folder in folders:
+        assert folder.name.split("-")[-1] in result.stdout + result.stderr
 
 
 def test_sync_without_credentials_uploads_nothing(lr_sweep, tmp_path, monkeypatch, capsys):
