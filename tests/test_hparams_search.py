@@ -122,3 +122,16 @@ def test_wandb_report_spec_shows_the_study():
     summary_grid = next(block for block in spec.blocks if isinstance(block, wr.PanelGrid))
     tables = [p.table_name for p in summary_grid.panels if isinstance(p, wr.WeavePanelSummaryTable)]
     assert tables == ["results", STUDY_TABLE_KEY]
+
+
+def test_a_study_whose_trials_all_failed_says_so():
+    import optuna
+
+    from rs_lightning.cli import describe_hydra_error
+
+    study = optuna.create_study(direction="maximize")
+    with pytest.raises(ValueError) as raised:
+        study.best_trial  # what the sweeper asks at the end of a study
+    assert str(describe_hydra_error(raised.value)) == (
+        "hydra.sweeper: no trial of the study finished: every job failed (each job's "
+        "failed.json in the sweep folder says why)")
