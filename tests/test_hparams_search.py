@@ -105,6 +105,9 @@ def test_report_of_a_study_shows_and_logs_its_trials(study, tmp_path):
     sweep_dir, _ = study
     out = tmp_path / "report"
     assert main([str(sweep_dir), "--out", str(out)]) == 0
+    import wandb
+
+    wandb.teardown()  # W&B's service writes the run's file to the end (the CLI's exit does)
     page = (out / "report.html").read_text()
     assert "<h2>Hyperparameter search</h2>" in page and "Optuna's best trial" in page
     (run,) = (out / "wandb").glob("offline-run-*")
