@@ -35,7 +35,7 @@ def study(tmp_path_factory):
          f"hydra.sweeper.n_trials={TRIALS}", "agent=dqn", "logger=none",
          "callbacks.progress_bar=false", "debug=quick", "trainer.max_steps=60",
          "evaluation.episodes=50", "evaluation.every_n_steps=30",
-         "evaluation.episodes_during_training=20", "objective.evaluation=best",
+         "evaluation.episodes_during_training=20", "search_objective.evaluation=best",
          f"hydra.sweep.dir={sweep_dir}"],
         cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
         stdin=subprocess.DEVNULL, timeout=300,
@@ -57,7 +57,7 @@ def test_study_tunes_lr_and_alpha_for_cvar_and_keeps_its_best_trial(study):
     objectives = []
     for job in jobs:
         config = OmegaConf.load(job / "config.yaml")
-        assert (config.rho, config.objective.metric) == (0.1, "cvar")
+        assert (config.rho, config.search_objective.metric) == (0.1, "cvar")
         assert 1e-5 <= config.learning.lr <= 1e-3 and 0.0 <= config.alpha <= 1.0
         evaluations = [json.loads((job / "eval.json").read_text()),
                        *read_jsonl(job / "eval_history.jsonl")]
@@ -91,14 +91,14 @@ def test_objective_of_the_final_or_the_best_evaluation(study):
 
 
 def test_objective_keys_are_checked(compose):
-    assert validate(compose(["objective.metric=exact_cvar"])).train.objective.metric == "exact_cvar"
-    with pytest.raises(ConfigError, match=r"^objective.metric: must be one of utility, "
+    assert validate(compose(["search_objective.metric=exact_cvar"])).train.search_objective.metric == "exact_cvar"
+    with pytest.raises(ConfigError, match=r"^search_objective.metric: must be one of utility, "
                                           r"expectation, var, cvar, .*got 'sharpe'"):
-        validate(compose(["objective.metric=sharpe"]))
-    with pytest.raises(ConfigError, match=r"^objective.metric: 'exact_cvar' exists only on the grid worlds"):
-        validate(compose(["env=cartpole", "objective.metric=exact_cvar"]))
-    with pytest.raises(ConfigError, match=r"^objective.evaluation: must be one of final, best"):
-        validate(compose(["objective.evaluation=last"]))
+        validate(compose(["search_objective.metric=sharpe"]))
+    with pytest.raises(ConfigError, match=r"^search_objective.metric: 'exact_cvar' exists only on the grid worlds"):
+        validate(compose(["env=cartpole", "search_objective.metric=exact_cvar"]))
+    with pytest.raises(ConfigError, match=r"^search_objective.evaluation: must be one of final, best"):
+        validate(compose(["search_objective.evaluation=last"]))
 
 
 def test_report_of_a_study_shows_and_logs_its_trials(study, tmp_path):

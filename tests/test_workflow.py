@@ -164,3 +164,15 @@ def test_report_after_an_online_fallback_says_offline(lr_sweep, tmp_path, monkey
     captured = capsys.readouterr()
     assert "W&B summary run (offline)" in captured.out and "(online)" not in captured.out
     assert "--sync` uploads the runs and creates it" in captured.err
+
+
+def test_long_override_labels_are_cut_with_a_hash_that_keeps_them_apart():
+    from rs_lightning.run_names import FOLDER_LABEL_LIMIT, folder_label
+
+    assert folder_label("agent=dqn,seed=0") == "agent=dqn,seed=0"
+    long_a = ",".join(f"key{i}=0.00012520653814999459" for i in range(12))
+    long_b = long_a.replace("key11", "key12")
+    assert len(folder_label(long_a)) == FOLDER_LABEL_LIMIT
+    assert folder_label(long_a) == folder_label(long_a)  # a sweep run again finds its folder
+    assert folder_label(long_a) != folder_label(long_b)
+    assert folder_label(long_a).startswith(long_a[:100])

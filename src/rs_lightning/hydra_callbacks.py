@@ -96,8 +96,8 @@ class WriteStudyHistory(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         path = write_study_history(sweep_dir)
         if path is not None:
-            print(f"[rs_lightning] study of {config.objective.metric} "
-                  f"({config.objective.evaluation} evaluation): best trial in "
+            print(f"[rs_lightning] study of {config.search_objective.metric} "
+                  f"({config.search_objective.evaluation} evaluation): best trial in "
                   f"{sweep_dir / OPTUNA_RESULTS_FILE}, every trial in {path}; "
                   f"python -m rs_lightning.report {sweep_dir} reports it", file=sys.stderr)
 

@@ -1,6 +1,6 @@
 """The objective a job returns to a sweeper, and the history of an Optuna study.
 
-``objective.metric`` of the greedy policy's evaluation (conf/train.yaml), of the final one
+``search_objective.metric`` of the greedy policy's evaluation (conf/train.yaml), of the final one
 (``eval.json``) or of the best of the periodic ones (``eval_history.jsonl``) and the final
 one; for a run of several seeds (``parallel_seeds``) the mean over its seeds. Every metric is
 higher-is-better, so a study maximises it (conf/hparams_search/).
@@ -41,7 +41,7 @@ def run_objective(run_dir: Path, metric: str, evaluation: str = "final") -> floa
     for path in finals:  # one per seed
         final = json.loads(path.read_text())
         if metric not in final:
-            raise KeyError(f"objective.metric={metric!r} is not in {path}")
+            raise KeyError(f"search_objective.metric={metric!r} is not in {path}")
         value = float(final[metric])
         history = path.parent / "eval_history.jsonl"
         if evaluation == "best" and history.is_file():
@@ -77,7 +77,7 @@ def study_history(sweep_dir: Path) -> list[dict[str, Any]]:
         if (job / "failed.json").is_file():
             state = "failed"
         elif run_files(job, "eval.json") and (job / "config.yaml").is_file():
-            wanted = OmegaConf.load(job / "config.yaml").get("objective") or {}
+            wanted = OmegaConf.load(job / "config.yaml").get("search_objective") or {}
             objective = run_objective(job, wanted.get("metric", "utility"),
                                       wanted.get("evaluation", "final"))
             state = "finished"

@@ -68,7 +68,7 @@ METRIC_COLUMNS = (
 # it returns to a sweeper (objective). Runs differing only in these are seeds of one
 # setting; any other difference is another row.
 NON_LEARNING_KEYS = (
-    "seed", "parallel_seeds", "ckpt_path", "logger", "callbacks", "objective",
+    "seed", "parallel_seeds", "ckpt_path", "logger", "callbacks", "search_objective",
     "hardware.accelerator", "hardware.devices", "hardware.torch_threads", "hardware.compile",
     "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
     "learning.fused_adam",

@@ -10,12 +10,28 @@ imported, before Hydra names a job's folder.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
 RESUME_RESOLVER = "resume_marker"
+FOLDER_LABEL_RESOLVER = "folder_label"
+# The longest override label a folder name takes whole: file systems allow 255 bytes a name,
+# and the date, the job number and the resume marker come on top.
+FOLDER_LABEL_LIMIT = 160
+
+
+def folder_label(overrides: Any, limit: int = FOLDER_LABEL_LIMIT) -> str:
+    """Hydra's ``override_dirname`` as a folder name: whole up to ``limit`` characters, else
+    cut and ended with a hash of the whole label (``...,learning.lr=0.00012-3f9a1c2e``), so
+    that every setting keeps its own folder and a sweep run again finds it."""
+    text = str(overrides)
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    return f"{text[:limit - 9]}-{digest}"
 
 
 def resume_marker(ckpt_path: Any) -> str:
@@ -33,9 +49,12 @@ def resume_marker(ckpt_path: Any) -> str:
 
 
 def register_resolvers() -> None:
-    """Make ``${resume_marker:...}`` known to OmegaConf (once per process)."""
+    """Make ``${resume_marker:...}`` and ``${folder_label:...}`` known to OmegaConf (once per
+    process)."""
     if not OmegaConf.has_resolver(RESUME_RESOLVER):
         OmegaConf.register_new_resolver(RESUME_RESOLVER, resume_marker)
+    if not OmegaConf.has_resolver(FOLDER_LABEL_RESOLVER):
+        OmegaConf.register_new_resolver(FOLDER_LABEL_RESOLVER, folder_label)
 
 
 def _override_key(override: str) -> str:

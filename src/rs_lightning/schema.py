@@ -315,11 +315,11 @@ class ObjectiveSection:
 
     def check(self, grid_world: bool) -> None:
         if self.metric in GRID_OBJECTIVE_METRICS and not grid_world:
-            raise ConfigError("objective.metric", f"{self.metric!r} exists only on the grid "
+            raise ConfigError("search_objective.metric", f"{self.metric!r} exists only on the grid "
                               "worlds (exact_* and risk_outcome); allowed here: "
                               + ", ".join(OBJECTIVE_METRICS))
-        _one_of("objective.metric", self.metric, OBJECTIVE_METRICS + GRID_OBJECTIVE_METRICS)
-        _one_of("objective.evaluation", self.evaluation, OBJECTIVE_EVALUATIONS)
+        _one_of("search_objective.metric", self.metric, OBJECTIVE_METRICS + GRID_OBJECTIVE_METRICS)
+        _one_of("search_objective.evaluation", self.evaluation, OBJECTIVE_EVALUATIONS)
 
 
 @dataclass
@@ -358,7 +358,7 @@ class TrainConfig:
     callbacks: CallbacksSection = MISSING
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
-    objective: ObjectiveSection = field(default_factory=ObjectiveSection)
+    search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
@@ -386,7 +386,7 @@ class TrainConfig:
                  f"{largest - self.seed - self.parallel_seeds + 1} = {largest}) stays below 2^32 "
                  f"= {SEED_LIMIT}, NumPy's range", self.seed)
 
-        self.objective.check(grid_world=bool(self.env.grid_size))
+        self.search_objective.check(grid_world=bool(self.env.grid_size))
 
 
 @dataclass
