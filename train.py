@@ -2,7 +2,9 @@
 
 Configuration lives in conf/ (Hydra); each job is run by rs_lightning.jobs.run_job (skip a
 finished job, resume an interrupted one, record a failure) and rs_lightning.train.run. Bad
-input is reported as one line, ``Error in config: <key>: ...``, with exit status 2.
+input is reported as one line, ``Error in config: <key>: ...``, with exit status 2. Each job
+returns its objective (``objective.metric``, conf/train.yaml) to the sweeper: what
+``hydra/sweeper=optuna`` maximises.
 """
 
 import sys
@@ -17,10 +19,10 @@ register_resolvers()  # conf/ derives some defaults from the environment (${rs.*
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    from rs_lightning.jobs import run_job
+def main(cfg: DictConfig) -> float | None:
+    from rs_lightning.jobs import job_objective, run_job
 
-    run_job(cfg)
+    return job_objective(cfg, run_job(cfg))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,9 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
     if present:
         key = present.group(1)
         return ConfigError(key, f"already exists: write {key}=... without the +")
+    if text.startswith("No trials are completed yet"):  # Optuna, when every trial failed
+        return ConfigError("hydra.sweeper", "no trial of the study finished: every job failed "
+                                            "(each job's failed.json in the sweep folder says why)")
     if isinstance(error, OSError):
         where = f" {error.filename}" if error.filename else ""
         return ConfigError("output folder", f"cannot write{where}: {error.strerror or error}")

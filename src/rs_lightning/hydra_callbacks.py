@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
 from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
+from rs_lightning.objective import OPTUNA_RESULTS_FILE, write_study_history
 from rs_lightning.results import write_results
 from rs_lightning.run_folders import (
     check_inputs,
@@ -88,6 +89,23 @@ class CheckInputs(Callback):
             check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
 
         _stop_on_bad_input(check)
+
+
+class WriteStudyHistory(Callback):
+    """After an Optuna study (hydra/sweeper=optuna): every trial's parameters and objective
+    in ``optimization_history.csv`` beside Optuna's ``optimization_results.yaml``."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+
+        if "optuna" not in str(config.hydra.sweeper.get("_target_", "")).lower():
+            return
+        sweep_dir = Path(config.hydra.sweep.dir)
+        path = write_study_history(sweep_dir)
+        if path is not None:
+            print(f"[rs_lightning] study of {config.search_objective.metric} "
+                  f"({config.search_objective.evaluation} evaluation): best trial in "
+                  f"{sweep_dir / OPTUNA_RESULTS_FILE}, every trial in {path}; "
+                  f"python -m rs_lightning.report {sweep_dir} reports it", file=sys.stderr)
 
 
 class SweepSummary(Callback):

@@ -124,6 +124,21 @@ def skip_resume_or_run(cfg: DictConfig, run_dir: Path, key: str = "run_dir") -> 
         return run(cfg, run_dir, checked=(settings, start_step))
 
 
+def job_objective(cfg: DictConfig, summary: dict[str, Any] | None) -> float | None:
+    """What a job returns to a sweeper: ``search_objective.metric`` of its evaluation (final or
+    best; rs_lightning.objective). None for a job that failed, which Optuna counts as a
+    failed trial."""
+    if summary is None:
+        return None
+    from rs_lightning.objective import run_objective
+
+    try:
+        return run_objective(run_directory(), cfg.search_objective.metric, cfg.search_objective.evaluation)
+    except (KeyError, OSError, ValueError) as error:
+        print(f"[rs_lightning] no objective for this job: {error}", file=sys.stderr)
+        return None
+
+
 # ----------------------------------------------------------------------------- failures
 def describe_fault(error: NumericalFault, run_dir: Path) -> str:
     newest = newest_checkpoint(run_dir)

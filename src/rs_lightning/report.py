@@ -3,6 +3,7 @@
     python -m rs_lightning.report outputs/multirun/<sweep>            # files + offline W&B run
     python -m rs_lightning.report outputs/runs/<run>                  # a single run
     python -m rs_lightning.report outputs/multirun/<sweep> --wandb online --wandb-report
+    python -m rs_lightning.report outputs/multirun/<sweep> --sync     # offline runs to the web
 
 writes into ``<sweep>/report/``:
 
@@ -17,19 +18,27 @@ writes into ``<sweep>/report/``:
   return distribution at the start state during training (grid worlds);
 - ``distributions_<env>_<agent>.png``: the learned CDF and density of Z(s, a) of every action
   of a decision state, with the exact laws, Q, R and U (the paper's Figure 5);
-- ``report.html``: all of the above in one self-contained page (images inlined).
+- ``report.html``: all of the above in one self-contained page (images inlined), with the
+  trials of an Optuna study (``optimization_history.csv``) when the sweep was one.
 
 The same table and figures go to W&B in a summary run of the sweep's group (job type
 ``report``; offline unless ``--wandb online``), and each training run already carries its own
 evaluation table and distribution figure. Online, ``--wandb-report`` also creates a W&B
 Report of the sweep; :func:`wandb_report` builds its spec, which is tested offline.
+
+``--sync`` takes a sweep logged offline to the web in one command: it uploads the training
+runs' offline W&B folders (``wandb sync``), then the report run, then creates the W&B Report,
+in that order, so that the Report's panels find their runs. The report run has one id per
+sweep (:func:`report_run_id`): a rerun replaces it instead of adding another.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import html
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,9 +66,10 @@ from rs_lightning.results import (
     table_warnings,
     write_table,
 )
+from rs_lightning.objective import read_study
 from rs_lightning.return_histograms import plot_return_histograms
 from rs_lightning.runs import load_run
-from rs_lightning.wandb_support import init_wandb_run
+from rs_lightning.wandb_support import ONLINE_INIT_TIMEOUT, init_wandb_run, wandb_online_problem
 
 # The state whose decision each grid world's distribution figure shows: where the
 # risk-averse and the expectation-seeking choices differ.
@@ -80,6 +90,7 @@ REPORT_CURVES: tuple[tuple[str, str], ...] = (
     ("train/episode_return", "training episode return"),
 )
 RESULTS_TABLE_KEY = "results"
+STUDY_TABLE_KEY = "study"  # the trials of an Optuna study
 
 
 @dataclass
@@ -100,6 +111,7 @@ class SweepReport:
     group: str = ""
     project: str = "rs-lightning"
     entity: Optional[str] = None
+    study: Optional[dict[str, Any]] = None  # an Optuna sweep's trials (objective.read_study)
 
     @property
     def html_path(self) -> Path:
@@ -208,6 +220,7 @@ def build_report(sweep_dir: Path, out_dir: Optional[Path] = None) -> SweepReport
         report.entity = config.logger.get("entity")
         report.group = config.logger.get("group") or report.group
     report.figures = render_figures(sweep_dir, out_dir, rows, table)
+    report.study = read_study(sweep_dir)
     report.html_path.write_text(render_html(report))
     return report
 
@@ -258,6 +271,15 @@ def render_html(report: SweepReport) -> str:
                       f"<p class='note'>{html.escape(notes[kind])}</p>"]
     parts += [f"<p class='note'><b>Warning</b>: {html.escape(warning)}.</p>"
               for warning in table_warnings(report.table)]
+    if report.study:
+        history = report.study["history"]
+        best = report.study["best"] or {}
+        parts += ["<h2>Hyperparameter search</h2>",
+                  _html_table(list(history[0]), [list(row.values()) for row in history], 0)
+                  if history else "",
+                  f"<p class='note'>Optuna's best trial: {html.escape(str(best.get('best_params')))}"
+                  f", objective {html.escape(str(best.get('best_value')))} "
+                  "(optimization_results.yaml, optimization_history.csv).</p>"]
     if report.figures:
         parts.append("<h2>Figures</h2>")
     for figure in report.figures:
@@ -272,14 +294,22 @@ def render_html(report: SweepReport) -> str:
 
 
 # ------------------------------------------------------------------------------- W&B
-def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[str]:
+def report_run_id(report: SweepReport) -> str:
+    """The W&B id of the sweep's report run: the same on every rerun (it depends on the
+    project, entity and group, the sweep folder's name by default), so a rerun resumes or,
+    synced, replaces that run instead of adding another."""
+    key = f"{report.entity or ''}/{report.project}/{report.group}"
+    return "report-" + hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> tuple[str, str]:
     """Log the table and figures to a W&B run of the sweep's group (job type ``report``).
 
-    Returns the run's local folder. ``mode`` is ``offline`` or ``online``; when online
-    fails (no credentials, unreachable server), the run is logged offline instead.
+    Returns the run's local folder and the mode it was logged in: ``mode`` is ``offline``
+    or ``online``; when online fails (no credentials, unreachable server), the run is
+    logged offline instead.
     """
     import wandb
-
 
     run = init_wandb_run(
         mode,
@@ -288,8 +318,10 @@ def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[
         group=report.group,
         job_type="report",
         name=f"report-{report.group}",
+        id=report_run_id(report),
         dir=str(report.out_dir),
         config={"sweep_dir": str(report.sweep_dir), "jobs": report.jobs},
+        **({"resume": "allow"} if mode == "online" else {}),
     )
     media: dict[str, Any] = {}
     for kind in TABLE_KINDS:  # results (mean ± std), results_iqm, results_exact
@@ -299,10 +331,74 @@ def log_report_to_wandb(report: SweepReport, mode: str = "offline") -> Optional[
             media[key] = wandb.Table(columns=table_columns(report.table, kind), data=rows)
     for figure in report.figures:
         media[f"figures/{figure.key}"] = wandb.Image(str(figure.path), caption=figure.caption)
+    if report.study and report.study["history"]:
+        history = report.study["history"]
+        media[STUDY_TABLE_KEY] = wandb.Table(columns=list(history[0]),
+                                             data=[list(row.values()) for row in history])
+        best = report.study["best"] or {}
+        if "best_value" in best:
+            run.summary["study/best_value"] = best["best_value"]
+            run.summary["study/best_params"] = best.get("best_params")
     run.log(media)
     folder = str(Path(run.dir).parent)
+    logged = "offline" if getattr(run, "offline", mode == "offline") else "online"
     run.finish()
-    return folder
+    return folder, logged
+
+
+# ------------------------------------------------------------------ offline to the web
+def training_run_folders(report: SweepReport) -> list[Path]:
+    """The offline W&B folders of the sweep's training runs (``<job>/wandb/offline-run-*``,
+    ``<job>/seed_<s>/wandb/...``, or the run folder's own), not those of report runs."""
+    sweep = report.sweep_dir
+    found = [*sweep.glob("wandb/offline-run-*"), *sweep.glob("*/wandb/offline-run-*"),
+             *sweep.glob("*/seed_*/wandb/offline-run-*")]
+    out_dir = report.out_dir.resolve()
+    return sorted(path for path in found
+                  if path.is_dir() and not path.resolve().is_relative_to(out_dir))
+
+
+def run_wandb_sync(folders: list[Path]) -> int:
+    """``wandb sync <folders>``: upload offline runs (already uploaded ones are skipped);
+    returns its exit status."""
+    command = [sys.executable, "-m", "wandb", "sync", *map(str, folders)]
+    return subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+
+
+def save_wandb_report(spec) -> str:
+    """Create the W&B Report ``spec`` on the server; returns its address."""
+    spec.save()
+    return spec.url
+
+
+def create_wandb_report(report: SweepReport) -> int:
+    spec = wandb_report(report.project, report.entity, report.group,
+                        [f.key for f in report.figures], study=bool(report.study))
+    try:
+        print(f"W&B report: {save_wandb_report(spec)}")
+    except Exception as error:  # the server decides; the local report is complete anyway
+        print(f"warning: the W&B Report was not created: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def sync_to_wandb(report: SweepReport) -> int:
+    """Upload the training runs, then the report run, then create the W&B Report."""
+    training = training_run_folders(report)
+    print(f"W&B: uploading {len(training)} offline training runs of {report.sweep_dir}")
+    if training and run_wandb_sync(training) != 0:
+        print("error: --sync: `wandb sync` of the training runs failed (see above)", file=sys.stderr)
+        return 1
+    # Logged offline, then uploaded: the same steps whether or not the server answers now.
+    folder, _ = log_report_to_wandb(report, "offline")
+    import wandb
+
+    wandb.teardown()  # W&B's service closes the run's file before `wandb sync` reads it
+    print(f"W&B: uploading the report run {report_run_id(report)} ({folder})")
+    if run_wandb_sync([Path(folder)]) != 0:
+        print("error: --sync: `wandb sync` of the report run failed (see above)", file=sys.stderr)
+        return 1
+    return create_wandb_report(report)
 
 
 def log_run_media(experiment, summary: dict[str, Any], figure: Optional[Path]) -> None:
@@ -324,11 +420,13 @@ def wandb_report(
     group: str,
     figures: list[str] = (),
     title: Optional[str] = None,
+    study: bool = False,
 ):
     """The spec of a W&B Report of a sweep (a ``wandb_workspaces`` Report, not yet saved).
 
     One panel grid of the training runs of ``group`` with the curves of ``REPORT_CURVES``
-    grouped by agent, and one of the report run with the results table and the figures.
+    grouped by agent, and one of the report run with the results table, the figures and,
+    after an Optuna study (``study``), the table of its trials.
     """
     import wandb_workspaces.reports.v2 as wr
 
@@ -345,6 +443,8 @@ def wandb_report(
         for key, label in REPORT_CURVES
     ]
     media = [wr.WeavePanelSummaryTable(table_name=RESULTS_TABLE_KEY)]
+    if study:
+        media.append(wr.WeavePanelSummaryTable(table_name=STUDY_TABLE_KEY))
     if figures:
         media.append(wr.MediaBrowser(title="figures", media_keys=[f"figures/{f}" for f in figures]))
     return wr.Report(
@@ -378,11 +478,23 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="log the table and figures to a W&B summary run (default: offline)")
     parser.add_argument("--wandb-report", action="store_true",
                         help="online only: also create a W&B Report of the sweep")
+    parser.add_argument("--sync", action="store_true",
+                        help="upload the sweep's offline W&B training runs, then the report run, "
+                             "then create the W&B Report (needs a W&B login)")
     args = parser.parse_args(argv)
     if args.wandb_report and args.wandb != "online":
         print("error: --wandb-report: needs --wandb online (a W&B Report lives on the server)",
               file=sys.stderr)
         return 2
+    if args.sync:
+        if args.wandb == "off" or args.wandb_report:
+            print("error: --sync: logs, uploads and creates the Report itself; leave out "
+                  "--wandb and --wandb-report", file=sys.stderr)
+            return 2
+        problem = wandb_online_problem(ONLINE_INIT_TIMEOUT)
+        if problem is not None:
+            print(f"error: --sync: {problem}", file=sys.stderr)
+            return 2
     try:
         report = build_report(args.sweep_dir, args.out)
     except FileNotFoundError as error:
@@ -392,17 +504,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     for figure in report.figures:
         print(f"figure: {figure.path}")
     print(f"report: {report.html_path}")
+    if args.sync:
+        return sync_to_wandb(report)
     if args.wandb != "off":
-        folder = log_report_to_wandb(report, args.wandb)
-        print(f"W&B summary run ({args.wandb}): {folder}")
-    if args.wandb_report:
-        spec = wandb_report(report.project, report.entity, report.group, [f.key for f in report.figures])
-        try:
-            spec.save()
-            print(f"W&B report: {spec.url}")
-        except Exception as error:  # the server decides; the local report is complete anyway
-            print(f"warning: the W&B Report was not created: {error}", file=sys.stderr)
+        folder, logged = log_report_to_wandb(report, args.wandb)
+        print(f"W&B summary run ({logged}): {folder}")
+        if args.wandb_report and logged != "online":
+            print("warning: the W&B Report was not created: the summary run was logged "
+                  f"offline; `python -m rs_lightning.report {report.sweep_dir} --sync` uploads "
+                  "the runs and creates it", file=sys.stderr)
             return 1
+    if args.wandb_report:
+        return create_wandb_report(report)
     return 0
 
 

@@ -64,10 +64,11 @@ METRIC_COLUMNS = (
 # Keys of a run's resolved config (dotted prefixes) that do not change what the run learns:
 # the seed (the statistics are over it), where and how it logs, checkpoints, shows progress
 # and resumes, the threads and devices that compute it (the same numbers, faster or slower),
-# whether its seeds run side by side, and how often it is evaluated during training. Runs
-# differing only in these are seeds of one setting; any other difference is another row.
+# whether its seeds run side by side, how often it is evaluated during training, and what
+# it returns to a sweeper (objective). Runs differing only in these are seeds of one
+# setting; any other difference is another row.
 NON_LEARNING_KEYS = (
-    "seed", "parallel_seeds", "ckpt_path", "logger", "callbacks",
+    "seed", "parallel_seeds", "ckpt_path", "logger", "callbacks", "search_objective",
     "hardware.accelerator", "hardware.devices", "hardware.torch_threads", "hardware.compile",
     "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
     "learning.fused_adam",

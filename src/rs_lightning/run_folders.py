@@ -46,7 +46,7 @@ from rs_lightning.wandb_support import check_wandb_environment
 FAILED = "failed.json"
 LOCK = "run.lock"
 # Keys that do not change what a run computes: a folder's run may be continued with others.
-UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits")
+UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits", "search_objective")
 
 
 # ----------------------------------------------------------------------------- where

@@ -299,6 +299,29 @@ class FaultInjectionSection:
                 _require(value > 0, f"fault_injection.{key}", "a positive step or null", value)
 
 
+# What a job can return to a sweeper (train.py): a metric of eval.json; the grid worlds
+# (env.grid_size set) also have the risk outcome and the exact metrics.
+OBJECTIVE_METRICS = ("utility", "expectation", "var", "cvar")
+GRID_OBJECTIVE_METRICS = ("risk_outcome", "exact_utility", "exact_expectation", "exact_var",
+                          "exact_cvar", "exact_risk_outcome")
+OBJECTIVE_EVALUATIONS = ("final", "best")
+
+
+@dataclass
+class ObjectiveSection:
+    # The values live in conf/train.yaml; these defaults only fill runs recorded before it.
+    metric: str = "utility"
+    evaluation: str = "final"  # final: eval.json; best: the best periodic or final evaluation
+
+    def check(self, grid_world: bool) -> None:
+        if self.metric in GRID_OBJECTIVE_METRICS and not grid_world:
+            raise ConfigError("search_objective.metric", f"{self.metric!r} exists only on the grid "
+                              "worlds (exact_* and risk_outcome); allowed here: "
+                              + ", ".join(OBJECTIVE_METRICS))
+        _one_of("search_objective.metric", self.metric, OBJECTIVE_METRICS + GRID_OBJECTIVE_METRICS)
+        _one_of("search_objective.evaluation", self.evaluation, OBJECTIVE_EVALUATIONS)
+
+
 @dataclass
 class LimitsSection:
     """Budgets a run is checked against before it allocates anything (README, "Reliability")."""
@@ -335,6 +358,7 @@ class TrainConfig:
     callbacks: CallbacksSection = MISSING
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
+    search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
@@ -361,6 +385,8 @@ class TrainConfig:
                  f"such that every seed the run derives (up to seed + parallel_seeds - 1 + "
                  f"{largest - self.seed - self.parallel_seeds + 1} = {largest}) stays below 2^32 "
                  f"= {SEED_LIMIT}, NumPy's range", self.seed)
+
+        self.search_objective.check(grid_world=bool(self.env.grid_size))
 
 
 @dataclass

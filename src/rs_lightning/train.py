@@ -195,7 +195,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
     try:
         for member, folder, member_cfg in zip(member_settings, folders, configs):
             loggers.append(make_loggers(member, folder, OmegaConf.to_container(member_cfg, resolve=True),
-                                        group=None if single else run_dir.name))
+                                        ckpt_path=train.ckpt_path))
         datamodule, module = build(settings, loggers)
         checkpoint_dir = run_dir / "checkpoints"
         callbacks = checkpoint_callbacks(train, checkpoint_dir)

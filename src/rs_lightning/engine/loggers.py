@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 
+from rs_lightning.run_names import hydra_setting_label, wandb_run_names
 from rs_lightning.schema import ValidatedConfig
 from rs_lightning.wandb_support import wandb_online_problem
 
@@ -23,10 +24,12 @@ def _sweep_group() -> str | None:
 
 
 def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
-                 group: str | None = None) -> list:
+                 ckpt_path: str | None = None) -> list:
     """The configured loggers. W&B online falls back to offline when it cannot connect.
 
-    ``group``: the W&B group when neither ``logger.group`` nor a multirun names one.
+    The W&B run is named by the job's overrides and seed, its group is ``logger.group``, the
+    sweep or the setting (rs_lightning.run_names); ``ckpt_path``: the checkpoint the run
+    resumes from, marked in the name.
     """
     cfg = settings.train.logger
     if cfg.backend == "none":
@@ -37,14 +40,15 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
 
     os.environ.setdefault("WANDB_SILENT", "true")
     train = settings.train
-    name = f"{settings.agent.name}-{train.env.id.split('/')[-1]}-seed{train.seed}"
+    name, group = wandb_run_names(settings.agent.name, train.env.id, train.seed, ckpt_path,
+                                  hydra_setting_label(), _sweep_group())
 
     def wandb_logger(offline: bool, **init) -> WandbLogger:
         logger = WandbLogger(
             project=cfg.project,
             entity=cfg.entity,
             name=name,
-            group=cfg.group or _sweep_group() or group,
+            group=cfg.group or group,
             tags=list(cfg.tags),
             save_dir=str(run_dir),
             offline=offline,
