@@ -296,7 +296,7 @@ def test_a_restart_ends_the_n_step_windows_episodes_as_a_time_limit_would():
     window.truncate(np.array([[2.0]], np.float32))  # the state the checkpoint held
     # The restarted episode's first step pushes out the first start: r0 + 0.5 r1, from state
     # 2 (where the abandoned episode was), bootstrapped with 0.5^2, not from the new episode.
-    obs, action, reward, reached, stopped, discount = window.push(
+    obs, _, reward, reached, stopped, discount = window.push(
         np.array([[9]], np.float32), np.array([0]), np.array([1.0]),
         np.array([[10]], np.float32), np.array([False]), np.array([False]))
     assert obs[0, 0] == 0 and reward[0] == 1.5 and reached[0, 0] == 2.0
