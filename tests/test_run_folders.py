@@ -23,8 +23,6 @@ from rs_lightning.run_folders import LOCK, FolderInUse, RunFolderLock
 from rs_lightning.train import run
 from tests.conftest import ROOT
 
-# Keys the sweep's folder names leave out but agent=dqn: its first job's folder is
-# 0_agent=dqn,seed=1.
 QUICK = ["debug=quick", "logger=none", "agent=dqn", "callbacks.progress_bar=false"]
 NO_CALLBACK = "~hydra.callbacks.check_inputs"
 
@@ -165,15 +163,16 @@ def test_a_run_never_writes_into_a_folder_of_another_config(finished_run, tmp_pa
 @pytest.mark.parametrize("callback", ["kept", "removed"])
 def test_a_sweep_job_never_writes_into_a_folder_of_another_config(finished_run, tmp_path, callback):
     sweep = tmp_path / "sweep"
-    job = sweep / "0_agent=dqn,seed=1"  # the folder the sweep's first job would use
+    job = sweep / "job0"  # the folder the sweep's first job uses (hydra.sweep.subdir below)
     shutil.copytree(finished_run, job)
     before = snapshot(job)
     extra = [NO_CALLBACK] if callback == "removed" else []
-    result = train_command("-m", *QUICK, "seed=1,2", f"hydra.sweep.dir={sweep}", *extra)
+    result = train_command("-m", *QUICK, "seed=1,2", f"hydra.sweep.dir={sweep}",
+                           "hydra.sweep.subdir=job${hydra.job.num}", *extra)
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "holds a run of another config (seed: 0 there, 1 now)" in result.stderr
     assert snapshot(job) == before
-    assert not (sweep / "1_agent=dqn,seed=2").exists()  # the sweep stopped there
+    assert not (sweep / "job1").exists()  # the sweep stopped there
 
 
 def test_bad_input_is_refused_by_the_job_without_the_callback(finished_run, tmp_path):
