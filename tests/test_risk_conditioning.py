@@ -197,6 +197,8 @@ def test_frontier_and_evaluation_at_a_setting_write_their_files(compose, tmp_pat
     lines = (tmp_path / "front" / "frontier.csv").read_text().splitlines()
     assert len(lines) == 13 and lines[0].startswith("seed,alpha,parameter")
     assert (tmp_path / "front" / "frontier.png").stat().st_size > 10_000
+    (wandb_run,) = (tmp_path / "front" / "wandb").glob("offline-run-*")  # table and figure
+    assert any(wandb_run.rglob("*.wandb"))
 
     seed_run = tmp_path / "run" / "seed_0"
     before = (seed_run / "eval.json").read_text()

@@ -10,7 +10,8 @@ neither) and its action in every cell. It writes ``frontier.json`` (every row an
 summary over seeds), ``frontier.csv`` (one row per seed and setting) and ``frontier.png`` (E
 against VaR_rho and against CVaR_rho, one point per alpha with the seeds' spread; E, VaR and
 CVaR against alpha with the seeds' range as bands; on the grid worlds the path of every seed
-at every alpha).
+at every alpha). The table and the figure also go to a W&B run (job type ``frontier``; offline
+unless ``--wandb online``, none with ``--wandb off``).
 
 What a point means depends on the run:
 
@@ -210,9 +211,34 @@ def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], pat
     plt.close(fig)
 
 
+def log_frontier_to_wandb(result: dict[str, Any], out_dir: Path, logger, mode: str) -> str:
+    """The rows as a W&B table and the figure, in a run of job type ``frontier`` (offline
+    again when online fails); returns the run's local folder."""
+    import wandb
+
+    from rs_lightning.wandb_support import init_wandb_run
+
+    run = init_wandb_run(mode, project=logger.project, entity=logger.entity,
+                         job_type="frontier", dir=str(out_dir),
+                         name=f"frontier-{result['agent']}-{Path(result['runs'][0]).name}",
+                         config={k: result[k] for k in ("runs", "agent", "env", "risk",
+                                                        "risk_conditioned", "episodes")})
+    columns = [c for c in ("seed", "alpha", "parameter_value", "rho", *MEASURES,
+                           *(f"exact_{m}" for m in MEASURES), "path")
+               if any(c in r for r in result["rows"])]
+    media: dict[str, Any] = {"frontier/table": wandb.Table(
+        columns=columns, data=[[r.get(c) for c in columns] for r in result["rows"]])}
+    if (out_dir / "frontier.png").is_file():
+        media["frontier/figure"] = wandb.Image(str(out_dir / "frontier.png"))
+    run.log(media)
+    folder = str(Path(run.dir).parent)
+    run.finish()
+    return folder
+
+
 def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] | None,
              episodes: int, out_dir: Path, exact_only: bool = False,
-             figure: bool = True) -> dict[str, Any]:
+             figure: bool = True, wandb: str = "off") -> dict[str, Any]:
     """Evaluate every seed of ``run_dirs`` at every setting; write the three files into
     ``out_dir``; returns what ``frontier.json`` holds."""
     rows = []
@@ -243,6 +269,8 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         plot_frontier(result["summary"], rows, out_dir / "frontier.png",
                       f"{first.agent.name} ({kind}) on {first.train.env.id}, "
                       f"{len(runs)} seed(s)")
+    if wandb != "off":
+        log_frontier_to_wandb(result, out_dir, first.train.logger, wandb)
     return result
 
 
@@ -259,12 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-only", action="store_true",
                         help="grid worlds: the exact figures alone, no Monte Carlo")
     parser.add_argument("--out", type=Path, help="output folder (default: the first run)")
+    parser.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
+                        help="log the table and figure to W&B (default offline)")
     args = parser.parse_args(argv)
     try:
         alphas = parse_alphas(args.alpha)
         parameters = [float(v) for v in args.rho.split(",")] if args.rho else None
         result = frontier(args.run_dirs, alphas, parameters, args.episodes,
-                          args.out or args.run_dirs[0], args.exact_only)
+                          args.out or args.run_dirs[0], args.exact_only, wandb=args.wandb)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
