@@ -42,8 +42,9 @@ def exact_reference(world: str) -> tuple[list[str], list[float]]:
     switches = sorted({round(point.alpha, 4)
                        for start in (None, PAPER_PATHS[world]["green"],
                                      PAPER_PATHS[world]["orange"])
-                       for point in per_decision_switch_points(world, utility, gamma=GAMMA,
-                                                               initial_policy=start)})
+                       for point in per_decision_switch_points(
+                           world, utility, gamma=GAMMA, initial_policy=start,
+                           alphas=np.linspace(0.0, 1.0, 101).tolist())})  # then bisection
     return paths, switches
 
 
