@@ -134,7 +134,8 @@ def test_the_network_learns_the_law_of_each_setting():
                       for x in conditioning.sample(rng, batch))
         features = conditioning.features(alpha, rho)
         transitions = Transitions(widen(obs, features), action, reward.float(),
-                                  widen(next_obs, features), terminated)
+                                  widen(next_obs, features), terminated,
+                                  agent.problem.gamma * (1.0 - terminated))
         loss, _ = agent.loss(transitions, target, conditioning.choose_action(alpha, rho))
         optimizer.zero_grad()
         loss.backward()
