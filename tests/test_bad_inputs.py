@@ -190,6 +190,37 @@ CASES = [
          "fault_injection.nan_loss_at_step", "a positive step or null"),
     Case("empty hidden sizes", ["agent.hidden_sizes=[]"], "agent.hidden_sizes",
          "a non-empty list of positive sizes"),
+
+    # risk conditioning (agent.risk_conditioned=true)
+    Case("risk-conditioned DQN", ["agent=dqn", "agent.risk_conditioned=true"],
+         "agent.risk_conditioned", "DQN learns no distribution", cli=True),
+    Case("conditioning alpha above 1", ["agent=c51", "agent.risk_conditioned=true",
+                                        "risk_conditioning.alpha=[0,1.5]"],
+         "risk_conditioning.alpha", "every value must be in [0, 1], got [0, 1.5]"),
+    Case("conditioning alpha below 0", ["agent=c51", "agent.risk_conditioned=true",
+                                        "risk_conditioning.alpha=[-0.2,1]"],
+         "risk_conditioning.alpha", "every value must be in [0, 1]"),
+    Case("conditioning rho 0", ["agent=c51", "agent.risk_conditioned=true",
+                                "risk_conditioning.rho=[0,0.5]"],
+         "risk_conditioning.rho", "every value must be in (0, 1]"),
+    Case("conditioning rho above 1", ["agent=c51", "agent.risk_conditioned=true",
+                                      "risk_conditioning.rho=[0.1,1.5]"],
+         "risk_conditioning.rho", "every value must be in (0, 1]"),
+    Case("conditioning range of three values", ["agent=c51", "agent.risk_conditioned=true",
+                                                "risk_conditioning.alpha=[0,0.5,1]"],
+         "risk_conditioning.alpha", "must be [low, high] for draw=uniform"),
+    Case("conditioning on a measure without a parameter", [
+        "agent=c51", "agent.risk_conditioned=true", "risk=expectation"],
+         "risk_conditioning", "risk=expectation declares no parameter"),
+    Case("conditioning on a measure without a per-row parameter", [
+        "agent=c51", "agent.risk_conditioned=true", "risk=cpw", "+risk_conditioning.eta=[0.5,1]"],
+         "risk_conditioning", "risk=cpw takes no parameter per row"),
+    Case("conditioning without the measure's range", ["agent=c51", "agent.risk_conditioned=true",
+                                                       "risk=wang"],
+         "risk_conditioning.eta", "the range of risk=wang's parameter is required"),
+    Case("run's own rho outside the conditioning range", [
+        "agent=c51", "agent.risk_conditioned=true", "rho=0.7"],
+         "risk_conditioning", "rho=0.7 lies outside the range this run was trained on"),
     # config group options that do not exist
     Case("unknown agent option", ["agent=nope"], "agent", "no option 'nope'; allowed:", cli=True),
     Case("unknown risk option", ["risk=nope"], "risk", "no option 'nope'; allowed:"),

@@ -8,7 +8,15 @@ from the policy alone), whatever the number of environments run side by side.
 
     python -m rs_lightning.evaluation outputs/runs/<run> [--episodes N]
 
-re-evaluates a finished run from its last checkpoint and rewrites its ``eval.json``.
+re-evaluates a finished run from its last checkpoint and rewrites its ``eval.json``;
+
+    python -m rs_lightning.evaluation outputs/runs/<run> alpha=0.3 rho=0.05
+
+evaluates the greedy policy at that setting instead (``alpha=`` and the risk measure's
+parameter by its name; either may be left out), Monte Carlo and, on the grid worlds, exactly,
+into ``eval_alpha=0.3,rho=0.05.json`` beside ``eval.json`` (which stays as it is). A
+risk-conditioned run acts at the setting it is given; any other run re-weighs its one learned
+law with it (README, "Risk-conditioned agents").
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ import numpy as np
 import torch
 
 from rs_lightning.envs.copies import make_copies
-from rs_lightning.errors import ConfigError
 from rs_lightning.files import write_json_atomic
 from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells, objective_references
 from rs_lightning.risk import (
@@ -235,18 +242,69 @@ def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
 
 
+def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = None
+                       ) -> tuple[dict[str, Any], Path]:
+    """The greedy policy of ``run`` at ``setting`` (``alpha`` and / or the risk measure's
+    parameter by name): Monte Carlo and exact (grid worlds) figures, written beside
+    ``eval.json`` as ``eval_<setting>.json``; returns them and the file."""
+    utility = run.settings.utility
+    unknown = set(setting) - {"alpha", *utility.params}
+    if unknown:
+        allowed = ", ".join(["alpha", *utility.params])
+        raise ValueError(f"{min(unknown)}: not a setting of risk={utility.risk}; "
+                         f"allowed: {allowed}")
+    parameter = next((setting[n] for n in utility.params if n in setting), None)
+    policy = run.module.at(setting.get("alpha", utility.alpha), parameter)
+    train = run.settings.train
+    rho = float(policy.utility.params.get("rho", train.rho))
+    summary = evaluate_policy(policy.greedy, train.env, policy.utility, rho,
+                              episodes or train.evaluation.episodes, seed=train.seed,
+                              batch_envs=train.evaluation.batch_envs)
+    summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
+    summary.update(policy.utility.params, agent=run.settings.agent.name, env=train.env.id,
+                   seed=train.seed, steps=run.steps, env_steps=run.env_steps,
+                   risk_conditioned=run.settings.conditioning is not None)
+    if train.env.grid_size:
+        summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
+    name = ",".join(f"{k}={v:g}" for k, v in setting.items())
+    path = Path(run.run_dir) / f"eval_{name}.json"
+    write_json_atomic(path, summary)
+    return summary, path
+
+
+def parse_setting(items: list[str]) -> dict[str, float]:
+    """``["alpha=0.3", "rho=0.05"]`` -> ``{"alpha": 0.3, "rho": 0.05}``."""
+    setting = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            setting[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}: must be a number, got {value!r}") from None
+    return setting
+
+
 def main(argv: list[str] | None = None) -> int:
-
-
     parser = argparse.ArgumentParser(description="Re-evaluate finished runs from their last checkpoint.")
-    parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("run_dirs", nargs="+",
+                        help="run folders, then optionally a setting: alpha=0.3 rho=0.05")
     parser.add_argument("--episodes", type=int, help="Monte Carlo episodes (default: the run's config)")
     args = parser.parse_args(argv)
+    try:
+        setting = parse_setting([a for a in args.run_dirs if "=" in a])
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     status = 0
-    for run_dir in args.run_dirs:
+    for run_dir in (Path(a) for a in args.run_dirs if "=" not in a):
         try:
             run = load_run(run_dir)
-        except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
+            if setting:
+                summary, path = evaluate_at_setting(run, setting, args.episodes)
+                print(f"{path}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
+                      f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}")
+                continue
+        except (FileNotFoundError, ValueError) as error:
             print(f"error: {run_dir}: {error}", file=sys.stderr)
             status = 2
             continue

@@ -177,7 +177,7 @@ def start_state_distances(module, env_config, cell: Cell = START) -> Optional[di
     if laws is None:
         return None
     obs = torch.tensor([cell], dtype=torch.float32, device=module.device)
-    learned = module.agent.return_distribution(obs).select(0)
+    learned = module.return_distribution(obs).select(0)
     distances = distribution_distances(learned, laws)
     greedy = int(module.greedy(obs)[0])
     metrics = {f"w1_action_{a}": d for a, d in enumerate(distances)}

@@ -74,7 +74,7 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
     train, utility = run.settings.train, run.settings.utility
     obs = torch.tensor([cell], dtype=torch.float32)
     with torch.no_grad():
-        dist = run.module.agent.return_distribution(obs).select(0)  # [A, K]
+        dist = run.module.return_distribution(obs).select(0)  # [A, K]
     q = expectation(dist).numpy()
     risk = utility.risk_value(dist).numpy()
     u = utility(dist).numpy()

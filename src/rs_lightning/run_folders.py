@@ -275,6 +275,7 @@ def checkpoint_start(settings: ValidatedConfig, problem: Problem | None = None) 
     train = settings.train
     state = read_checkpoint(train.ckpt_path)
     problem = problem or env_problem(train.env)
+    problem = settings.agent_problem(problem)
     members = make_members([AGENTS[settings.agent.name][0](settings.agent, problem)
                             for _ in range(train.parallel_seeds)])
     check_compatible(state, train.ckpt_path, settings.agent.name, members, train.env.id,

@@ -21,7 +21,9 @@ from rs_lightning.agents import AGENTS, AgentConfig
 from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
-from rs_lightning.risk import RISK_MEASURES, Utility
+from rs_lightning.risk import RISK_MEASURES, Utility, declared_parameter
+from rs_lightning.risk.conditioning import RiskConditioning
+from rs_lightning.types import Problem
 
 register_resolvers()  # the rs.* interpolations of conf/ (derived defaults)
 
@@ -360,6 +362,10 @@ class TrainConfig:
     limits: LimitsSection = MISSING
     search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
 
+    # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
+    # conf/train.yaml, this default only fills runs recorded before the key existed).
+    risk_conditioning: Dict[str, Any] = field(default_factory=dict)
+
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
         _require(0.0 < self.rho < 1.0, "rho", "in (0, 1), excluding both ends", self.rho)
@@ -396,6 +402,15 @@ class ValidatedConfig:
     train: TrainConfig
     agent: AgentConfig
     utility: Utility
+    conditioning: Optional[RiskConditioning] = None  # agent.risk_conditioned runs only
+
+    def agent_problem(self, problem: Problem) -> Problem:
+        """The problem as the agent sees it: a risk-conditioned network also takes the
+        setting's features after the observation."""
+        if self.conditioning is None:
+            return problem
+        return dataclasses.replace(problem,
+                                   obs_dim=problem.obs_dim + self.conditioning.n_features)
 
 
 def _structured(schema_class, node, root: str = "") -> Any:
@@ -463,6 +478,50 @@ def utility_from(risk_node, alpha: float) -> Utility:
         raise ConfigError("risk", str(error)) from None
 
 
+_CONDITIONING_KEYS = ("draw", "alpha", "n_cosines", "acting")
+
+
+def conditioning_from(node: dict, utility: Utility) -> RiskConditioning:
+    """The ``risk_conditioning`` section of a risk-conditioned run, checked; the run's own
+    setting (``alpha`` and the measure's parameter) must lie in the ranges it trains on."""
+    section = dict(node)
+    parameter_names = {declared_parameter(m) for m in RISK_MEASURES} - {None}
+    allowed = set(_CONDITIONING_KEYS) | parameter_names
+    for key in section:
+        if key not in allowed:
+            raise ConfigError(f"risk_conditioning.{key}",
+                              f"unknown key; allowed: {', '.join(sorted(allowed))}")
+    for key in _CONDITIONING_KEYS:
+        if key not in section:
+            raise ConfigError(f"risk_conditioning.{key}", "a value is required here")
+    name = declared_parameter(utility.risk)
+    if name is None:
+        raise ConfigError("risk_conditioning", f"risk={utility.risk} declares no parameter to "
+                          "condition on; use a measure with one (var, cvar, wang, ...)")
+    if section.get(name) is None:
+        raise ConfigError(f"risk_conditioning.{name}", f"the range of risk={utility.risk}'s "
+                          f"parameter is required, e.g. +risk_conditioning.{name}=[low,high]")
+
+    def values(key: str) -> tuple:
+        value = section[key]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"risk_conditioning.{key}",
+                              f"must be a list ([low, high] or values), got {value!r}")
+        return tuple(value)
+
+    try:
+        conditioning = RiskConditioning(
+            risk=utility.risk, alpha=values("alpha"), values=values(name),
+            draw=section["draw"], n_cosines=section["n_cosines"], acting=section["acting"])
+        conditioning.check_setting(utility.alpha, utility.params[name])
+    except ValueError as error:
+        key, _, message = str(error).partition(": ")
+        if key.startswith("risk_conditioning") and message:
+            raise ConfigError(key, message) from None
+        raise ConfigError("risk_conditioning", str(error)) from None
+    return conditioning
+
+
 def validate(cfg: DictConfig) -> ValidatedConfig:
     """Check a composed config; raise :class:`ConfigError` on the first problem found."""
     train: TrainConfig = _structured(TrainConfig, cfg)
@@ -470,5 +529,7 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
     utility = utility_from(train.risk, train.alpha)
-    return ValidatedConfig(train=train, agent=agent, utility=utility)
-
+    conditioning = None
+    if agent.risk_conditioned:
+        conditioning = conditioning_from(train.risk_conditioning, utility)
+    return ValidatedConfig(train=train, agent=agent, utility=utility, conditioning=conditioning)

@@ -50,6 +50,15 @@ class ChooseAction(Protocol):
     def __call__(self, dist: ReturnDistribution) -> Tensor: ...
 
 
+def rows_of(choose_action: ChooseAction, index) -> ChooseAction:
+    """The rule for the rows ``index`` of the batch it was made for: a risk-conditioned rule
+    holds one setting per transition (``select``); any other rule is the same for every row.
+    An agent that hands ``choose_action`` only some rows (UMDQN's bootstrapped ones) or a
+    loop over members passes it through here."""
+    select = getattr(choose_action, "select", None)
+    return choose_action if select is None else select(index)
+
+
 @dataclass
 class AgentConfig:
     """Fields every agent config has. Subclasses add the model's own settings.
@@ -59,6 +68,9 @@ class AgentConfig:
 
     name: str = MISSING
     hidden_sizes: List[int] = MISSING
+    # The network also takes the risk setting (rs_lightning.risk.conditioning); the value
+    # lives in conf/agent/*.yaml, this default only fills runs recorded before the key existed.
+    risk_conditioned: bool = False
 
     def check(self) -> None:
         """Raise ``ValueError("key: what is allowed")`` for values out of range."""

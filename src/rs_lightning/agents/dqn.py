@@ -32,6 +32,9 @@ class DQNConfig(AgentConfig):
 
     def check(self) -> None:
         super().check()
+        if self.risk_conditioned:
+            raise ValueError("agent.risk_conditioned: DQN learns no distribution, so no risk "
+                             "setting changes its greedy action; allowed: false")
         if self.loss not in ("mse", "huber"):
             raise ValueError(f"agent.loss: must be one of mse, huber, got {self.loss!r}")
 

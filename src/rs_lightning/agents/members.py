@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from rs_lightning.agents.base import Agent, ChooseAction
+from rs_lightning.agents.base import Agent, ChooseAction, rows_of
 from rs_lightning.risk import ReturnDistribution
 from rs_lightning.types import Problem, Transitions
 
@@ -163,17 +163,17 @@ class LoopedMembers(Members):
 
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
         if len(self.agents) == 1:
-            return self.agents[0].greedy_action(obs[0], choose_action).unsqueeze(0)
-        return torch.stack([agent.greedy_action(obs[k], choose_action)
+            return self.agents[0].greedy_action(obs[0], rows_of(choose_action, 0)).unsqueeze(0)
+        return torch.stack([agent.greedy_action(obs[k], rows_of(choose_action, k))
                             for k, agent in enumerate(self.agents)])
 
     def loss(self, batch, target, choose_action):
         if len(self.agents) == 1:
             loss, metrics = self.agents[0].loss(Transitions(*(f[0] for f in batch)),
-                                                target.agents[0], choose_action)
+                                                target.agents[0], rows_of(choose_action, 0))
             return loss.unsqueeze(0), {name: v.unsqueeze(0) for name, v in metrics.items()}
         results = [agent.loss(Transitions(*(f[k] for f in batch)), target.agents[k],
-                              choose_action)
+                              rows_of(choose_action, k))
                    for k, agent in enumerate(self.agents)]
         losses = torch.stack([loss for loss, _ in results])
         metrics = {name: torch.stack([m[name] for _, m in results]) for name in results[0][1]}

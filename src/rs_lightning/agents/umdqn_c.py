@@ -52,7 +52,14 @@ import torch.nn.functional as F
 from omegaconf import MISSING
 from torch import Tensor
 
-from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
+from rs_lightning.agents.base import (
+    Agent,
+    ChooseAction,
+    Problem,
+    Transitions,
+    register_agent,
+    rows_of,
+)
 from rs_lightning.agents.umnn import (
     MonotoneNetwork,
     StateCurves,
@@ -186,7 +193,7 @@ class UMDQNC(Agent):
             batch.next_obs.index_select(0, bootstrap),
             *shifted_return_range(self.problem, reward, discount),
         )
-        action = choose_action(from_cdf(grid, curves.cdf_of_all(grid)))
+        action = rows_of(choose_action, bootstrap)(from_cdf(grid, curves.cdf_of_all(grid)))
         target[bootstrap] = curves.cdf_of_rows(action, shifted).to(target.dtype)
         return target
 

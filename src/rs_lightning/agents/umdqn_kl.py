@@ -48,6 +48,7 @@ from rs_lightning.agents.base import (
     Problem,
     Transitions,
     register_agent,
+    rows_of,
 )
 from rs_lightning.agents.umnn import (
     MonotoneNetwork,
@@ -162,7 +163,8 @@ class UMDQNKL(Agent):
         shifted = (z - reward.unsqueeze(-1)) / discount  # [(M,) B', N]
         curves = self.state_curves(next_obs, low, high)
         grid = self.return_grid
-        action = choose_action(self.distribution(grid, curves.monotone_of_all(grid)))
+        choose = choose_action if rows is None else rows_of(choose_action, rows)
+        action = choose(self.distribution(grid, curves.monotone_of_all(grid)))
         curve = curves.inverse * problem.n_actions + action
         h, slope = curves.monotone(curve.flatten(), shifted.flatten(0, -2))
         density = flow_log_density(h, slope).exp().view(shifted.shape) / discount

@@ -70,7 +70,14 @@ import torch
 from omegaconf import MISSING
 from torch import Tensor, nn
 
-from rs_lightning.agents.base import Agent, ChooseAction, Problem, Transitions, register_agent
+from rs_lightning.agents.base import (
+    Agent,
+    ChooseAction,
+    Problem,
+    Transitions,
+    register_agent,
+    rows_of,
+)
 from rs_lightning.agents.quantile_loss import (
     check_quantile_loss,
     midpoint_fractions,
@@ -188,7 +195,8 @@ class UMDQNW(Agent):
         bootstrap = (batch.terminated == 0).nonzero().squeeze(1)
         if bootstrap.numel() > 0:
             next_dist = target.return_distribution(batch.next_obs.index_select(0, bootstrap))
-            next_values = next_dist.gather_actions(choose_action(next_dist)).values
+            next_action = rows_of(choose_action, bootstrap)(next_dist)
+            next_values = next_dist.gather_actions(next_action).values
             targets[bootstrap] = (reward.index_select(0, bootstrap)
                                  + discount.index_select(0, bootstrap) * next_values)
         return targets

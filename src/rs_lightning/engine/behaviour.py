@@ -13,6 +13,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rs_lightning.risk.conditioning import RiskConditioning
+
+# Tag the generators of the risk settings, apart from any other use of a member's seed.
+ACTING_SETTINGS_STREAM = 0xA5E7
+LEARNING_SETTINGS_STREAM = 0x1EA5
+
 
 def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
     """epsilon after ``env_step`` environment steps.
@@ -71,3 +77,33 @@ class EpsilonGreedy:
         for generator, generator_state in zip(self.generators, state["generators"]):
             generator.bit_generator.state = generator_state
         self.epsilon = state["epsilon"]
+
+
+class EpisodeSettings:
+    """The risk setting each env copy of each member acts at (risk-conditioned runs with
+    ``risk_conditioning.acting: episode``): drawn for every copy at the start, and anew for a
+    copy whose episode ended. Member k draws from its own generator, in the order of its
+    copies, so that it acts as the run of its seed alone would."""
+
+    def __init__(self, conditioning: RiskConditioning, seeds: list[int], copies: int) -> None:
+        self.conditioning = conditioning
+        self.generators = [np.random.default_rng([seed, ACTING_SETTINGS_STREAM])
+                           for seed in seeds]
+        drawn = [conditioning.sample(generator, copies) for generator in self.generators]
+        self.alpha = np.stack([alpha for alpha, _ in drawn])  # [K, N]
+        self.parameter = np.stack([parameter for _, parameter in drawn])  # [K, N]
+
+    def episode_ended(self, member: int, copy: int) -> None:
+        alpha, parameter = self.conditioning.sample(self.generators[member], 1)
+        self.alpha[member, copy], self.parameter[member, copy] = alpha[0], parameter[0]
+
+    def state_dict(self, members: list[int]) -> dict[str, Any]:
+        return {"generators": [self.generators[k].bit_generator.state for k in members],
+                "alpha": self.alpha[members].tolist(),
+                "parameter": self.parameter[members].tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for generator, generator_state in zip(self.generators, state["generators"]):
+            generator.bit_generator.state = generator_state
+        self.alpha = np.asarray(state["alpha"], dtype=np.float64)
+        self.parameter = np.asarray(state["parameter"], dtype=np.float64)

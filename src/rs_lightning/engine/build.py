@@ -70,6 +70,7 @@ def build_members(settings: ValidatedConfig, problem: Problem, seeds: list[int])
     """The members of a run; member k's initial weights are those drawn after seeding every
     generator with ``seeds[k]`` (what a run of that seed alone draws)."""
     agent_class, _ = AGENTS[settings.agent.name]
+    problem = settings.agent_problem(problem)
     agents = []
     for seed in seeds:
         pl.seed_everything(seed, workers=True, verbose=False)
@@ -91,6 +92,7 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         seeds=seeds,
         n_step=train.learning.n_step,
         updates_per_step=train.learning.updates_per_step,
+        conditioning=settings.conditioning,
     )
     module = QLearning(
         build_members(settings, datamodule.problem, seeds),
@@ -100,6 +102,7 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         log_every_n_steps=train.trainer.log_every_n_steps,
         member_loggers=member_loggers,
         fault_injection=train.fault_injection,
+        conditioning=settings.conditioning,
     )
     datamodule.attach_policy(module.explore)
     if train.hardware.compile:

@@ -30,13 +30,15 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import IterableDataset
 
+from rs_lightning.engine.behaviour import EpisodeSettings
 from rs_lightning.envs.copies import EnvCopies, make_copies
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.replay import NStepReturns, ReplayMemory, update_ratio
 from rs_lightning.types import Transitions
 
-# (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays)
-Policy = Callable[[np.ndarray, int], np.ndarray]
+# (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays);
+# a risk-conditioned run's policy also takes the copies' settings (EpisodeSettings).
+Policy = Callable[..., np.ndarray]
 
 
 class ExperienceBatch(NamedTuple):
@@ -78,8 +80,10 @@ class Collector:
 
     def __init__(self, copies: EnvCopies, replay: ReplayMemory, members: int, copies_per_member: int,
                  reward_scale: float, reward_clip: float | None, gamma: float, n_step: int = 1,
-                 updates_per_step: Fraction = Fraction(1)) -> None:
+                 updates_per_step: Fraction = Fraction(1),
+                 settings: EpisodeSettings | None = None) -> None:
         self.copies = copies
+        self.settings = settings  # the copies' risk settings (risk-conditioned runs)
         self.replay = replay
         self.members = members
         self.copies_per_member = copies_per_member
@@ -103,7 +107,10 @@ class Collector:
         shape = (self.members, self.copies_per_member)
         obs = self.copies.obs()
         grouped = obs.reshape(*shape, *obs.shape[1:])
-        actions = policy(grouped, self.env_steps)
+        if self.settings is None:
+            actions = policy(grouped, self.env_steps)
+        else:
+            actions = policy(grouped, self.env_steps, self.settings)
         step = self.copies.step(actions.reshape(-1))
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
@@ -124,6 +131,8 @@ class Collector:
                 self.ended_returns[member].append(float(self.episode_returns[j]))
                 self.ended_outcomes[member].append(float(step.risk_outcome[j]))
                 self.episodes[member] += 1
+                if self.settings is not None:
+                    self.settings.episode_ended(member, j % self.copies_per_member)
             self.episode_returns[step.ended] = 0.0
         self.env_steps += self.copies_per_member
         return self.copies_per_member
@@ -147,7 +156,9 @@ class Collector:
         member's own checkpoint, loadable by a run of its seed alone)."""
         chosen = list(range(self.members)) if members is None else list(members)
         copies = self.member_copies(chosen)
+        settings = {} if self.settings is None else {"settings": self.settings.state_dict(chosen)}
         return {
+            **settings,
             "members": len(chosen),
             "copies_per_member": self.copies_per_member,
             "env_steps": self.env_steps,
@@ -184,6 +195,8 @@ class Collector:
         self.replay.load_state_dict(replay)
         if self.window is not None:
             self.window.load_state_dict(state["n_step_window"])
+        if self.settings is not None:
+            self.settings.load_state_dict(state["settings"])
         if restarted:  # the episodes in progress restarted: as if cut by a time limit
             self.episode_returns[:] = 0.0
             if self.window is not None:
@@ -236,7 +249,8 @@ class ExperienceDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, env_config, batch_size: int, replay_capacity: int, warmup_steps: int,
-                 seeds: list[int], n_step: int = 1, updates_per_step: float = 1.0) -> None:
+                 seeds: list[int], n_step: int = 1, updates_per_step: float = 1.0,
+                 conditioning=None) -> None:
         super().__init__()
         self.env_config = env_config
         self.batch_size = batch_size
@@ -245,6 +259,7 @@ class ExperienceDataModule(pl.LightningDataModule):
         self.n_step = n_step
         self.updates_per_step = update_ratio(updates_per_step)
         self.seeds = list(seeds)
+        self.conditioning = conditioning  # RiskConditioning of a risk-conditioned run, or None
         self.copies_per_member = int(getattr(env_config, "num_envs", 1))
         self.collector: Collector | None = None
         self.policy: Policy | None = None
@@ -258,10 +273,13 @@ class ExperienceDataModule(pl.LightningDataModule):
         copies = make_copies(self.env_config, copy_seeds(self.seeds, n), groups=len(self.seeds))
         replay = ReplayMemory(self.replay_capacity, self.obs_shape,
                               seeds=[seed + 1 for seed in self.seeds])
+        settings = None
+        if self.conditioning is not None and self.conditioning.acting == "episode":
+            settings = EpisodeSettings(self.conditioning, self.seeds, n)
         self.collector = Collector(copies, replay, len(self.seeds), n,
                                    getattr(self.env_config, "reward_scale", 1.0),
                                    self.env_config.reward_clip, self.problem.gamma, self.n_step,
-                                   self.updates_per_step)
+                                   self.updates_per_step, settings)
 
     @property
     def env_steps(self) -> int:

@@ -24,10 +24,15 @@ from torch import Tensor
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members
-from rs_lightning.engine.behaviour import EpsilonGreedy
+from rs_lightning.engine.behaviour import (
+    LEARNING_SETTINGS_STREAM,
+    EpisodeSettings,
+    EpsilonGreedy,
+)
 from rs_lightning.engine.experience import ExperienceBatch
 from rs_lightning.errors import NumericalFault
 from rs_lightning.risk import Utility
+from rs_lightning.risk.conditioning import RiskConditioning, widen
 
 log = logging.getLogger("rs_lightning")
 
@@ -63,20 +68,56 @@ class TrainingClock:
 
 @dataclass
 class MemberPolicy:
-    """One member as an evaluation sees it: its agent, the utility and the greedy policy."""
+    """One member as an evaluation sees it: its agent, the utility and the greedy policy.
+
+    A risk-conditioned member (``conditioning``) acts at the setting of ``utility`` (alpha and
+    the measure's parameter), which its network also sees; :meth:`at` moves it to another."""
 
     agent: Agent
     utility: Utility
     device: torch.device
+    conditioning: RiskConditioning | None = None
 
     @property
     def n_actions(self) -> int:
         return self.agent.problem.n_actions
 
+    def network_input(self, obs: Tensor) -> Tensor:
+        """The observations as the network takes them: with the setting's features appended
+        for a risk-conditioned member."""
+        obs = obs.to(self.device, torch.float32)
+        if self.conditioning is None:
+            return obs
+        setting = torch.tensor([self.utility.alpha], device=self.device)
+        parameter = torch.tensor([self.utility.params[self.conditioning.parameter]],
+                                 device=self.device)
+        return widen(obs, self.conditioning.features(setting, parameter)[0])
+
     @torch.no_grad()
     def greedy(self, obs: Tensor) -> Tensor:
         """The greedy policy on the utility for a batch of observations ``[B, ...]``."""
-        return self.agent.greedy_action(obs.to(self.device, torch.float32), self.utility.greedy)
+        return self.agent.greedy_action(self.network_input(obs), self.utility.greedy)
+
+    @torch.no_grad()
+    def return_distribution(self, obs: Tensor):
+        """The learned Z(s, a) (at this member's setting, if risk-conditioned)."""
+        return self.agent.return_distribution(self.network_input(obs))
+
+    def at(self, alpha: float, parameter: float | None = None) -> MemberPolicy:
+        """This member acting greedily on U at ``alpha`` and the measure's ``parameter`` (None:
+        the current one). A risk-conditioned member sees the setting (refused outside the
+        ranges it was trained on); any other re-weighs its one learned law Z, learned for its
+        own setting's policy."""
+        params = dict(self.utility.params)
+        if parameter is not None:
+            names = [n for n in params]
+            if len(names) != 1:
+                raise ValueError(f"risk={self.utility.risk} has no parameter to set")
+            params[names[0]] = float(parameter)
+        utility = Utility(float(alpha), self.utility.risk, params)
+        if self.conditioning is not None:
+            self.conditioning.check_setting(utility.alpha, params[self.conditioning.parameter])
+        return MemberPolicy(self.agent, utility, self.device, self.conditioning)
 
 
 def make_optimizer(members: Members, learning) -> torch.optim.Optimizer:
@@ -119,7 +160,7 @@ class QLearning(pl.LightningModule):
 
     def __init__(self, members: Members, utility: Utility, learning, seeds: list[int],
                  log_every_n_steps: int = 100, member_loggers: list[list] | None = None,
-                 fault_injection=None) -> None:
+                 fault_injection=None, conditioning: RiskConditioning | None = None) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
         self.agent = members
@@ -131,6 +172,11 @@ class QLearning(pl.LightningModule):
         self.log_every_n_steps = log_every_n_steps
         self.member_loggers = member_loggers or [[] for _ in seeds]
         self.behaviour = EpsilonGreedy(self.seeds, self.n_actions, learning)
+        # Risk-conditioned: each replayed transition's setting, from member k's generator.
+        self.conditioning = conditioning
+        self.setting_generators = [
+            np.random.default_rng([seed, LEARNING_SETTINGS_STREAM]) for seed in self.seeds
+        ] if conditioning is not None else []
         # What the progress bar shows (the mean over members); refreshed every window.
         self.live_metrics: dict[str, float] = {}
         self._window_returns: list[list[float]] = [[] for _ in seeds]
@@ -159,9 +205,13 @@ class QLearning(pl.LightningModule):
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
-    def explore(self, obs: np.ndarray, env_step: int) -> np.ndarray:
-        """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``."""
-        return self.behaviour(obs, env_step, self._greedy_members)
+    def explore(self, obs: np.ndarray, env_step: int,
+                settings: EpisodeSettings | None = None) -> np.ndarray:
+        """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``; a
+        risk-conditioned run acts at the copies' ``settings`` (None: the run's own)."""
+        if self.conditioning is None:
+            return self.behaviour(obs, env_step, self._greedy_members)
+        return self.behaviour(obs, env_step, lambda o: self._greedy_conditioned(o, settings))
 
     def _greedy_members(self, obs: np.ndarray) -> np.ndarray:
         obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
@@ -169,9 +219,38 @@ class QLearning(pl.LightningModule):
             return self.agent.greedy_action(obs_t.to(self.device), self.utility.greedy).cpu().numpy()
         return self.agent.greedy_action(obs_t, self.utility.greedy).numpy()
 
+    def _greedy_conditioned(self, obs: np.ndarray, settings: EpisodeSettings | None
+                            ) -> np.ndarray:
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
+        if settings is None:  # risk_conditioning.acting: fixed
+            alpha = np.full(obs.shape[:2], self.utility.alpha)
+            parameter = np.full(obs.shape[:2], self.utility.params[self.conditioning.parameter])
+        else:
+            alpha, parameter = settings.alpha, settings.parameter
+        alpha_t, parameter_t = (torch.as_tensor(x, dtype=torch.float32, device=self.device)
+                                for x in (alpha, parameter))
+        features = self.conditioning.features(alpha_t, parameter_t)
+        choose = self.conditioning.choose_action(alpha_t, parameter_t)
+        return self.agent.greedy_action(widen(obs_t, features), choose).cpu().numpy()
+
+    def conditioned_batch(self, transitions):
+        """A risk-conditioned run's batch: a setting drawn for each transition (member k's
+        from its own generator), its features appended to both observations, and the rule
+        choosing each transition's target action by its own setting's utility."""
+        batch = transitions.obs.shape[1]
+        drawn = [self.conditioning.sample(generator, batch)
+                 for generator in self.setting_generators]
+        alpha, parameter = (torch.as_tensor(np.stack(x), dtype=torch.float32, device=self.device)
+                            for x in zip(*drawn))  # [K, B] each
+        features = self.conditioning.features(alpha, parameter)
+        widened = transitions._replace(obs=widen(transitions.obs, features),
+                                       next_obs=widen(transitions.next_obs, features))
+        return widened, self.conditioning.choose_action(alpha, parameter)
+
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the utility (evaluation)."""
-        return MemberPolicy(self.agent.member_agent(k), self.utility, self.device)
+        return MemberPolicy(self.agent.member_agent(k), self.utility, self.device,
+                            self.conditioning)
 
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
@@ -198,7 +277,10 @@ class QLearning(pl.LightningModule):
             transitions = type(transitions)(*(t.to(self.device) for t in transitions))
         optimizer = self.optimizers()
         update = self.global_step + 1  # the number of the update this step makes
-        losses, agent_metrics = self.agent.loss(transitions, self.target_agent, self.utility.greedy)
+        choose_action = self.utility.greedy
+        if self.conditioning is not None:
+            transitions, choose_action = self.conditioned_batch(transitions)
+        losses, agent_metrics = self.agent.loss(transitions, self.target_agent, choose_action)
         if update == self._nan_loss_at:
             losses = losses + float("nan")
         loss = losses.sum()
@@ -328,7 +410,10 @@ class QLearning(pl.LightningModule):
     def engine_state(self, members: list[int] | None = None) -> dict[str, Any]:
         """The module's own state (plain types); ``members`` selects some members."""
         chosen = list(range(len(self.seeds))) if members is None else list(members)
+        conditioned = {} if self.conditioning is None else {"setting_generators": [
+            self.setting_generators[k].bit_generator.state for k in chosen]}
         return {
+            **conditioned,
             "behaviour": self.behaviour.state_dict(chosen),
             "episodes": [self._episodes[k] for k in chosen],
             "torch_rng": torch.get_rng_state(),
@@ -343,6 +428,9 @@ class QLearning(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["rs_lightning"]
         self.behaviour.load_state_dict(state["behaviour"])
+        for generator, generator_state in zip(self.setting_generators,
+                                              state.get("setting_generators", [])):
+            generator.bit_generator.state = generator_state
         self._episodes = list(state["episodes"])
         self.skipped_updates = state.get("skipped_updates", 0)
         self.clock.before = state.get("train_seconds", 0.0)

@@ -27,19 +27,24 @@ RISK_MEASURES: dict[str, RiskMeasure] = {}
 
 
 def risk_measure(
-    name: str, fraction_map: Callable[..., Tensor] | None = None
+    name: str, fraction_map: Callable[..., Tensor] | None = None, per_row: bool = False
 ) -> Callable[[RiskMeasure], RiskMeasure]:
     """Register ``fn(dist, **params) -> Tensor`` under ``name`` (the ``risk=`` option).
 
     ``fraction_map(tau, **params)``, for a distortion risk measure only: the map beta of
     R[Z] = E_{tau ~ U(0, 1)}[VaR_beta(tau)[Z]] (Dabney et al., 2018), which lets an agent with
     a quantile function (IQN) evaluate the measure natively by sampling distorted fractions.
+
+    ``per_row``: the measure also takes its parameter as a tensor of the shape of its output
+    ``dist.values.shape[:-1]`` (one parameter per distribution; risk-conditioned agents,
+    :mod:`rs_lightning.risk.conditioning`). A float keeps the scalar computation as it is.
     """
 
     def register(fn: RiskMeasure) -> RiskMeasure:
         if name in RISK_MEASURES:
             raise ValueError(f"risk measure {name!r} is registered twice")
         fn.fraction_map = fraction_map  # type: ignore[attr-defined]
+        fn.per_row = per_row  # type: ignore[attr-defined]
         RISK_MEASURES[name] = fn
         return fn
 
@@ -52,11 +57,22 @@ def expectation(dist: ReturnDistribution) -> Tensor:
     return (dist.values * dist.probs).sum(-1)
 
 
-def _check_level(rho: float) -> None:
+def _check_level(rho: float | Tensor) -> None:
     """A risk level must lie in (0, 1]: outside it VaR and CVaR are silently meaningless
     (rho = 0 divides by zero, rho > 1 rescales the mean)."""
+    if isinstance(rho, Tensor):
+        if not bool(((rho > 0.0) & (rho <= 1.0)).all()):
+            bad = rho[~((rho > 0.0) & (rho <= 1.0))].flatten()[0].item()
+            raise ValueError(f"risk.rho: the risk level must lie in (0, 1], got {bad!r}")
+        return
     if not 0.0 < float(rho) <= 1.0:
         raise ValueError(f"risk.rho: the risk level must lie in (0, 1], got {rho!r}")
+
+
+def _per_atom(parameter: Tensor, like: Tensor) -> Tensor:
+    """A per-row parameter ``[...]`` as ``[..., 1]`` in the dtype of ``like[..., K]``, to
+    broadcast over the atoms."""
+    return parameter.to(like.dtype).unsqueeze(-1)
 
 
 def _lower_cumulative(dist: ReturnDistribution) -> tuple[Tensor, Tensor]:
@@ -66,20 +82,25 @@ def _lower_cumulative(dist: ReturnDistribution) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
-@risk_measure("var", fraction_map=lambda tau, rho: torch.full_like(tau, rho))
-def value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
+@risk_measure("var", fraction_map=lambda tau, rho: torch.full_like(tau, rho), per_row=True)
+def value_at_risk(dist: ReturnDistribution, rho: float | Tensor) -> Tensor:
     """VaR_rho[Z] = inf {z : F(z) >= rho}, the lower rho-quantile (paper, section 3.2)."""
     _check_level(rho)
     cumulative = dist.cumulative.contiguous()
     # The tolerance is capped at half of rho: the level stays positive, so that atoms with
     # zero cumulative probability (zero-mass atoms below the support) are never returned.
-    level = torch.full_like(cumulative[..., :1], rho - min(_LEVEL_TOLERANCE, 0.5 * rho))
+    if isinstance(rho, Tensor):
+        rows = _per_atom(rho, cumulative)
+        level = (rows - (0.5 * rows).clamp(max=_LEVEL_TOLERANCE)).expand_as(cumulative[..., :1])
+        level = level.contiguous()
+    else:
+        level = torch.full_like(cumulative[..., :1], rho - min(_LEVEL_TOLERANCE, 0.5 * rho))
     index = torch.searchsorted(cumulative, level).clamp_(max=cumulative.shape[-1] - 1)
     return dist.values.gather(-1, index).squeeze(-1)
 
 
-@risk_measure("cvar", fraction_map=lambda tau, rho: rho * tau)
-def conditional_value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
+@risk_measure("cvar", fraction_map=lambda tau, rho: rho * tau, per_row=True)
+def conditional_value_at_risk(dist: ReturnDistribution, rho: float | Tensor) -> Tensor:
     """CVaR_rho[Z] = (1 / rho) * integral_0^rho VaR_u[Z] du, the mean of the worst rho tail.
 
     For a continuous distribution this is E[Z | Z <= VaR_rho[Z]] (the paper's definition);
@@ -87,6 +108,9 @@ def conditional_value_at_risk(dist: ReturnDistribution, rho: float) -> Tensor:
     """
     _check_level(rho)
     lower, upper = _lower_cumulative(dist)
+    if isinstance(rho, Tensor):
+        tail_mass = (torch.minimum(upper, _per_atom(rho, upper)) - lower).clamp_(min=0.0)
+        return (dist.values * tail_mass).sum(-1) / rho.to(upper.dtype)
     tail_mass = (upper.clamp(max=rho) - lower).clamp_(min=0.0)
     return (dist.values * tail_mass).sum(-1) / rho
 
@@ -112,7 +136,11 @@ def distortion_risk(dist: ReturnDistribution, distortion: Callable[[Tensor], Ten
 # any distribution of the common form.
 
 
-def _check_finite(key: str, value: float) -> None:
+def _check_finite(key: str, value: float | Tensor) -> None:
+    if isinstance(value, Tensor):
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"risk.{key}: must be a finite number, got a non-finite row")
+        return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"risk.{key}: must be a finite number, got {value!r}")
 
@@ -122,11 +150,13 @@ def wang_fractions(tau: Tensor, eta: float) -> Tensor:
     return torch.special.ndtr(torch.special.ndtri(tau) + eta)
 
 
-@risk_measure("wang", fraction_map=wang_fractions)
-def wang(dist: ReturnDistribution, eta: float) -> Tensor:
+@risk_measure("wang", fraction_map=wang_fractions, per_row=True)
+def wang(dist: ReturnDistribution, eta: float | Tensor) -> Tensor:
     """Wang's transform: E[Z] at fractions Phi(Phi^-1(tau) + eta). For a Gaussian N(mu, sigma)
     it is mu + eta * sigma; eta < 0 is risk-averse, eta = 0 the expectation."""
     _check_finite("eta", eta)
+    if isinstance(eta, Tensor):
+        eta = _per_atom(eta, dist.values)
     # g = beta^-1: Phi(Phi^-1(u) - eta).
     return distortion_risk(dist, lambda u: torch.special.ndtr(torch.special.ndtri(u) - eta))
 
@@ -140,11 +170,16 @@ def power_fractions(tau: Tensor, eta: float) -> Tensor:
     return 1.0 - (1.0 - tau).pow(exponent)
 
 
-@risk_measure("power", fraction_map=power_fractions)
-def power(dist: ReturnDistribution, eta: float) -> Tensor:
+@risk_measure("power", fraction_map=power_fractions, per_row=True)
+def power(dist: ReturnDistribution, eta: float | Tensor) -> Tensor:
     """The power distortion of Dabney et al. (2018): E[Z] at fractions ``power_fractions``.
     eta < 0 is risk-averse (the low fractions are oversampled), eta = 0 the expectation."""
     _check_finite("eta", eta)
+    if isinstance(eta, Tensor):
+        rows = _per_atom(eta, dist.values)
+        exponent_rows = 1.0 + rows.abs()
+        return distortion_risk(dist, lambda u: torch.where(
+            rows >= 0, u.pow(exponent_rows), 1.0 - (1.0 - u).pow(exponent_rows)))
     exponent = 1.0 + abs(eta)  # g = beta^-1
     if eta >= 0:
         return distortion_risk(dist, lambda u: u.pow(exponent))
@@ -213,32 +248,38 @@ def cpw(dist: ReturnDistribution, eta: float) -> Tensor:
 # Moment and utility-based measures (not distortions).
 
 
-@risk_measure("mean_variance")
-def mean_variance(dist: ReturnDistribution, lam: float) -> Tensor:
+@risk_measure("mean_variance", per_row=True)
+def mean_variance(dist: ReturnDistribution, lam: float | Tensor) -> Tensor:
     """E[Z] - lam * Var[Z] (Markowitz): lam > 0 penalises the spread of the return."""
     _check_finite("lam", lam)
     mean = expectation(dist)
     variance = (dist.probs * (dist.values - mean.unsqueeze(-1)).square()).sum(-1)
+    if isinstance(lam, Tensor):
+        lam = lam.to(variance.dtype)
     return mean - lam * variance
 
 
-@risk_measure("entropic")
-def entropic(dist: ReturnDistribution, beta: float) -> Tensor:
+@risk_measure("entropic", per_row=True)
+def entropic(dist: ReturnDistribution, beta: float | Tensor) -> Tensor:
     """-1/beta log E[exp(-beta Z)], the certainty equivalent of an exponential utility: beta > 0
     risk-averse, beta < 0 risk-seeking. For a Gaussian N(mu, sigma): mu - beta sigma^2 / 2.
     Evaluated as a log-sum-exp, so large |beta Z| does not overflow."""
     _check_finite("beta", beta)
-    if beta == 0:
+    if bool((torch.as_tensor(beta) == 0).any()):
         raise ValueError(
             "risk.beta: must be non-zero (beta > 0 risk-averse, < 0 risk-seeking; the limit "
             "beta -> 0 is risk=expectation), got 0"
         )
+    scalar_beta = beta
+    if isinstance(beta, Tensor):
+        scalar_beta = beta.to(dist.values.dtype)
+        beta = _per_atom(beta, dist.values)
     exponent = -beta * dist.values
     # Shift by the largest exponent among atoms with mass (zero-mass atoms may lie anywhere);
     # the clamp only touches zero-mass atoms, whose terms are 0 either way (no 0 * inf).
     shift = exponent.masked_fill(dist.probs <= 0, -math.inf).amax(-1, keepdim=True).detach()
     mean = (dist.probs * (exponent - shift).clamp(max=0.0).exp()).sum(-1)
-    return -(mean.log() + shift.squeeze(-1)) / beta
+    return -(mean.log() + shift.squeeze(-1)) / scalar_beta
 
 
 Value = TypeVar("Value", float, Tensor)
@@ -344,3 +385,57 @@ class UtilityArgmax:
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
         return self.utility(dist).argmax(-1)
+
+    def select(self, index) -> UtilityArgmax:
+        """The rule for some rows of the batch (:meth:`RowUtilityArgmax.select`): one
+        utility for every row, so itself."""
+        return self
+
+
+def declared_parameter(risk: str) -> str | None:
+    """The one parameter a measure declares (``rho`` of VaR, ``eta`` of Wang's), or None."""
+    names = [n for n in inspect.signature(RISK_MEASURES[risk]).parameters if n != "dist"]
+    return names[0] if len(names) == 1 else None
+
+
+@dataclass(frozen=True)
+class RowUtility:
+    """U = alpha E + (1 - alpha) R with a setting per distribution: ``alpha[...]`` and the
+    measure's parameter ``parameter[...]`` (shape ``dist.values.shape[:-2]``: one setting
+    per row of a ``[..., B, A, K]`` distribution, shared by its actions). Row by row it is
+    :class:`Utility` at that row's setting (:func:`combine_utility`'s ends included: at
+    alpha 0 or 1 the part without weight is left out)."""
+
+    alpha: Tensor
+    risk: str
+    parameter: Tensor
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor:
+        measure = RISK_MEASURES[self.risk]
+        alpha = self.alpha.unsqueeze(-1).to(dist.values.dtype)  # [..., B, 1]: over actions
+        parameter = self.parameter.unsqueeze(-1).expand(dist.values.shape[:-1])
+        name = declared_parameter(self.risk)
+        mean = expectation(dist)
+        risk = measure(dist, **{name: parameter})
+        mixed = alpha * mean + (1.0 - alpha) * risk
+        return torch.where(alpha == 1.0, mean, torch.where(alpha == 0.0, risk, mixed))
+
+
+@dataclass(frozen=True)
+class RowUtilityArgmax:
+    """argmax_a of a :class:`RowUtility`: the target action of a risk-conditioned agent, whose
+    every transition carries its own setting. ``utility`` is None: an agent's own route to a
+    utility (IQN's native one) takes a single setting, so this rule takes the common route."""
+
+    rows: RowUtility
+
+    utility = None
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor:
+        return self.rows(dist).argmax(-1)
+
+    def select(self, index) -> RowUtilityArgmax:
+        """The rule for the rows ``index`` of the batch (a member ``k`` of ``[K, B]``
+        settings, or the bootstrapped transitions of a batch)."""
+        rows = self.rows
+        return RowUtilityArgmax(RowUtility(rows.alpha[index], rows.risk, rows.parameter[index]))

@@ -1,0 +1,313 @@
+"""The E-VaR-CVaR frontier of finished runs: their greedy policies over a grid of alphas.
+
+    python -m rs_lightning.frontier <run> [<run> ...] --alpha 0:1:21 [--rho 0.05,0.1]
+
+evaluates, for every seed of the given runs (a several-seed run counts each ``seed_<s>/``) and
+every setting (alpha, and the risk measure's parameter from ``--rho``, default the run's own),
+the greedy policy on U at that setting: E, VaR_rho and CVaR_rho of the episode score S by Monte
+Carlo and, on the grid worlds, exactly, with the path it takes from the start (green / orange /
+neither) and its action in every cell. It writes ``frontier.json`` (every row and the per-setting
+summary over seeds), ``frontier.csv`` (one row per seed and setting) and ``frontier.png`` (E
+against VaR_rho and against CVaR_rho, one point per alpha with the seeds' spread; E, VaR and
+CVaR against alpha with the seeds' range as bands; on the grid worlds the path of every seed
+at every alpha). The table and the figure also go to a W&B run (job type ``frontier``; offline
+unless ``--wandb online``, none with ``--wandb off``).
+
+What a point means depends on the run:
+
+- a risk-conditioned run (``agent.risk_conditioned=true``) learned Z(s, a | setting) for the
+  settings it drew: each point is the policy its network chose for that setting; settings
+  outside the ranges it trained on are refused;
+- any other run learned one law Z for its own setting's policy: each point re-weighs that law
+  with another alpha (argmax_a of U_alpha on the same Z). It shows how far the choice moves
+  with alpha on what the run learned, not what a run trained at that alpha would learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rs_lightning.envs.exact_policies import path_of
+from rs_lightning.evaluation import evaluate_policy, grid_policy_table
+from rs_lightning.files import atomic_write, write_json_atomic
+from rs_lightning.ground_truth import exact_policy_metrics
+from rs_lightning.runs import TrainedRun, load_run
+
+# The figures of a point: Monte Carlo, then exact (grid worlds).
+MEASURES = ("expectation", "var", "cvar", "utility")
+
+
+def parse_alphas(text: str) -> list[float]:
+    """``low:high:count`` (evenly spaced, ends included) or a comma-separated list."""
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"--alpha: expected low:high:count, got {text!r}")
+        low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
+        if count < 1:
+            raise ValueError(f"--alpha: the count must be positive, got {count}")
+        values = np.linspace(low, high, count).round(10).tolist()
+    else:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or not all(0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"--alpha: every alpha must lie in [0, 1], got {text!r}")
+    return values
+
+
+def seed_runs(run_dirs: list[Path]) -> list[Path]:
+    """The single-seed run folders of ``run_dirs``: a folder with ``seed_<s>/`` subfolders (a
+    ``parallel_seeds`` run) stands for them."""
+    found = []
+    for run_dir in run_dirs:
+        members = sorted(run_dir.glob("seed_*/config.yaml"),
+                         key=lambda p: int(p.parent.name.split("_")[1]))
+        if members:
+            found.extend(p.parent for p in members)
+        else:
+            found.append(run_dir)
+    return found
+
+
+def risk_level(run: TrainedRun, parameter: float | None) -> float:
+    """The rho of the VaR and CVaR reported: the measure's own level for VaR / CVaR, the
+    run's ``rho`` for any other measure."""
+    utility = run.settings.utility
+    if parameter is not None and utility.risk in ("var", "cvar"):
+        return float(parameter)
+    return float(utility.params.get("rho", run.settings.train.rho))
+
+
+def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
+                     episodes: int, exact_only: bool = False) -> dict[str, Any]:
+    """One seed's greedy policy at one setting: Monte Carlo (unless ``exact_only``) and, on
+    the grid worlds, exact figures, the path from the start and the action of every cell."""
+    policy = run.module.at(alpha, parameter)
+    train = run.settings.train
+    rho = risk_level(run, parameter)
+    names = list(policy.utility.params)
+    row: dict[str, Any] = {
+        "seed": train.seed, "alpha": alpha,
+        "parameter": names[0] if names else None,
+        "parameter_value": policy.utility.params[names[0]] if names else None,
+        "rho": rho,
+    }
+    if not exact_only or not train.env.grid_size:
+        summary = evaluate_policy(policy.greedy, train.env, policy.utility, rho, episodes,
+                                  seed=train.seed, batch_envs=train.evaluation.batch_envs)
+        row.update({name: summary[name] for name in MEASURES})
+        if "risk_outcome" in summary:
+            row["risk_outcome"] = summary["risk_outcome"]
+    exact = exact_policy_metrics(policy.greedy, train.env, policy.utility, rho)
+    if exact is not None:
+        row.update({f"exact_{name}": exact[f"exact_{name}"] for name in MEASURES})
+        row["path"] = path_of({+1: exact["exact_risk_outcome_green"],
+                               -1: exact["exact_risk_outcome_orange"],
+                               0: exact["exact_risk_outcome_neither"]})
+        row["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per setting: the mean, min and max over seeds of every figure, and the seeds' paths."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["parameter_value"], row["alpha"]), []).append(row)
+    summary = []
+    for (parameter, alpha), group in groups.items():
+        entry: dict[str, Any] = {"alpha": alpha, "parameter_value": parameter,
+                                 "rho": group[0]["rho"], "seeds": len(group)}
+        for name in (*MEASURES, *(f"exact_{m}" for m in MEASURES)):
+            values = [r[name] for r in group if name in r]
+            if values:
+                entry[name] = {"mean": float(np.mean(values)), "min": float(np.min(values)),
+                               "max": float(np.max(values)), "std": float(np.std(values))}
+        paths = [r["path"] for r in group if "path" in r]
+        if paths:
+            entry["paths"] = {p: paths.count(p) for p in sorted(set(paths))}
+        summary.append(entry)
+    return summary
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    columns = [c for c in ("seed", "alpha", "parameter", "parameter_value", "rho", *MEASURES,
+                           "risk_outcome", *(f"exact_{m}" for m in MEASURES), "path")
+               if any(c in r for r in rows)]
+    with atomic_write(path, "w") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+PATH_CODES = {"green": 0, "orange": 1, "neither": 2}
+
+
+def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path,
+                  title: str) -> None:
+    """E against VaR and CVaR (a point per alpha, the seeds' standard deviation as error
+    bars), the three against alpha (the seeds' range as bands) and, on grid worlds, the path
+    of every seed at every alpha."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    prefix = "exact_" if all("exact_expectation" in s for s in summary) else ""
+    has_paths = any("path" in r for r in rows)
+    panels = 4 if has_paths else 3
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8))
+    levels = sorted({s["parameter_value"] for s in summary}, key=lambda v: (v is None, v))
+    for level in levels:
+        points = sorted((s for s in summary if s["parameter_value"] == level),
+                        key=lambda s: s["alpha"])
+        alphas = np.array([s["alpha"] for s in points])
+        label = f"param {level:g}" if level is not None else "run"
+
+        def series(name, stat="mean", points=points):
+            return np.array([s[prefix + name][stat] for s in points])
+
+        for ax, risk in zip(axes[:2], ("var", "cvar")):
+            ax.errorbar(series(risk), series("expectation"), xerr=series(risk, "std"),
+                        yerr=series("expectation", "std"), fmt="-", alpha=0.4)
+            ax.scatter(series(risk), series("expectation"), c=alphas, cmap="viridis",
+                       vmin=0, vmax=1, zorder=3, label=label)
+        for name, colour in (("expectation", "C0"), ("var", "C1"), ("cvar", "C2")):
+            axes[2].plot(alphas, series(name), color=colour,
+                         label=name if level == levels[0] else None)
+            axes[2].fill_between(alphas, series(name, "min"), series(name, "max"),
+                                 color=colour, alpha=0.2)
+    rho = summary[0]["rho"]
+    axes[0].set(xlabel=f"VaR_{rho:g} of S", ylabel="E[S]", title="E against VaR")
+    axes[1].set(xlabel=f"CVaR_{rho:g} of S", ylabel="E[S]", title="E against CVaR")
+    axes[2].set(xlabel="alpha", ylabel="S", title="against alpha (band: seeds' range)")
+    axes[2].legend(fontsize=8)
+    if has_paths:
+        seeds = sorted({r["seed"] for r in rows})
+        alphas_all = sorted({r["alpha"] for r in rows})
+        first = levels[0]
+        grid = np.full((len(seeds), len(alphas_all)), np.nan)
+        for r in rows:
+            if r["parameter_value"] == first and "path" in r:
+                grid[seeds.index(r["seed"]), alphas_all.index(r["alpha"])] = PATH_CODES.get(
+                    r["path"], 2)
+        from matplotlib.colors import ListedColormap
+
+        half = 0.5 * (alphas_all[-1] - alphas_all[0]) / max(len(alphas_all) - 1, 1) or 0.5
+        axes[3].imshow(grid, aspect="auto", cmap=ListedColormap(["green", "orange", "grey"]),
+                       vmin=0, vmax=2, interpolation="nearest",
+                       extent=(alphas_all[0] - half, alphas_all[-1] + half,
+                               len(seeds) - 0.5, -0.5))
+        axes[3].set_yticks(range(len(seeds)), [str(s) for s in seeds])
+        axes[3].set(xlabel="alpha", ylabel="seed", title="path (green / orange / neither)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+
+
+def log_frontier_to_wandb(result: dict[str, Any], out_dir: Path, logger, mode: str) -> str:
+    """The rows as a W&B table and the figure, in a run of job type ``frontier`` (offline
+    again when online fails); returns the run's local folder."""
+    import wandb
+
+    from rs_lightning.wandb_support import init_wandb_run
+
+    run = init_wandb_run(mode, project=logger.project, entity=logger.entity,
+                         job_type="frontier", dir=str(out_dir),
+                         name=f"frontier-{result['agent']}-{Path(result['runs'][0]).name}",
+                         config={k: result[k] for k in ("runs", "agent", "env", "risk",
+                                                        "risk_conditioned", "episodes")})
+    columns = [c for c in ("seed", "alpha", "parameter_value", "rho", *MEASURES,
+                           *(f"exact_{m}" for m in MEASURES), "path")
+               if any(c in r for r in result["rows"])]
+    media: dict[str, Any] = {"frontier/table": wandb.Table(
+        columns=columns, data=[[r.get(c) for c in columns] for r in result["rows"]])}
+    if (out_dir / "frontier.png").is_file():
+        media["frontier/figure"] = wandb.Image(str(out_dir / "frontier.png"))
+    run.log(media)
+    folder = str(Path(run.dir).parent)
+    run.finish()
+    return folder
+
+
+def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] | None,
+             episodes: int, out_dir: Path, exact_only: bool = False,
+             figure: bool = True, wandb: str = "off") -> dict[str, Any]:
+    """Evaluate every seed of ``run_dirs`` at every setting; write the three files into
+    ``out_dir``; returns what ``frontier.json`` holds."""
+    rows = []
+    runs = [load_run(d) for d in seed_runs(run_dirs)]
+    for run in runs:
+        for parameter in (parameters or [None]):
+            for alpha in alphas:
+                rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only))
+    first = runs[0].settings
+    conditioned = first.conditioning is not None
+    result = {
+        "runs": [str(d) for d in run_dirs],
+        "agent": first.agent.name,
+        "env": first.train.env.id,
+        "risk": first.utility.risk,
+        "risk_conditioned": conditioned,
+        "meaning": ("the policy the conditioned network chose at each setting" if conditioned
+                    else "the run's one learned law re-weighed with each alpha (not retrained)"),
+        "episodes": 0 if exact_only else episodes,
+        "summary": summarize(rows),
+        "rows": rows,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "frontier.json", result)
+    write_csv(rows, out_dir / "frontier.csv")
+    if figure:
+        kind = "risk-conditioned" if conditioned else "re-weighed"
+        plot_frontier(result["summary"], rows, out_dir / "frontier.png",
+                      f"{first.agent.name} ({kind}) on {first.train.env.id}, "
+                      f"{len(runs)} seed(s)")
+    if wandb != "off":
+        log_frontier_to_wandb(result, out_dir, first.train.logger, wandb)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Evaluate finished runs at a grid of alphas: frontier.json, .csv, .png.")
+    parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("--alpha", default="0:1:21",
+                        help="low:high:count or a comma list (default 0:1:21)")
+    parser.add_argument("--rho", help="comma list of the risk measure's parameter (rho for "
+                        "VaR / CVaR, eta, ...); default: each run's own")
+    parser.add_argument("--episodes", type=int, default=1000,
+                        help="Monte Carlo episodes per seed and setting (default 1000)")
+    parser.add_argument("--exact-only", action="store_true",
+                        help="grid worlds: the exact figures alone, no Monte Carlo")
+    parser.add_argument("--out", type=Path, help="output folder (default: the first run)")
+    parser.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
+                        help="log the table and figure to W&B (default offline)")
+    args = parser.parse_args(argv)
+    try:
+        alphas = parse_alphas(args.alpha)
+        parameters = [float(v) for v in args.rho.split(",")] if args.rho else None
+        result = frontier(args.run_dirs, alphas, parameters, args.episodes,
+                          args.out or args.run_dirs[0], args.exact_only, wandb=args.wandb)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = args.out or args.run_dirs[0]
+    for entry in result["summary"]:
+        prefix = "exact_" if "exact_expectation" in entry else ""
+        paths = " ".join(f"{k}={v}" for k, v in entry.get("paths", {}).items())
+        print(f"alpha={entry['alpha']:.3g} E={entry[prefix + 'expectation']['mean']:.3f} "
+              f"VaR={entry[prefix + 'var']['mean']:.3f} "
+              f"CVaR={entry[prefix + 'cvar']['mean']:.3f} {paths}")
+    print(f"-> {out / 'frontier.json'}, frontier.csv, frontier.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
