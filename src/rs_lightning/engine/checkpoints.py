@@ -58,6 +58,12 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
                 key, f"{path} holds objects other than tensors, numbers and strings "
                 f"({found.group(1)}); refused unread, since loading them could run code"
             ) from None
+        if "Weights only load failed" in str(error):  # the safe loader stopped at an opcode
+            raise ConfigError(
+                key, f"{path} is not a readable checkpoint: the safe loader (weights_only) "
+                "stopped at an instruction it does not run (a damaged file, or a pickle that "
+                "is not a checkpoint); not loaded otherwise, since that could run code"
+            ) from None
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             key, f"{path} is not a readable checkpoint (corrupt or truncated: {reason[:120]})"
