@@ -220,3 +220,14 @@ def test_frontier_of_a_plain_run_reweighs_its_one_law(compose, tmp_path):
     assert not result["risk_conditioned"] and "re-weighed" in result["meaning"]
     assert [r["alpha"] for r in result["rows"]] == [0.0, 1.0]
     assert "expectation" not in result["rows"][0] and "exact_var" in result["rows"][0]
+
+
+def test_the_support_check_reads_a_conditioned_member_at_its_setting(tmp_path):
+    """The once-per-run check of the mass at the support's ends (half the budget and ten
+    target copies past) hands the replay batch to each member with its setting's features."""
+    from tests.test_train import train_cli
+
+    result = train_cli("agent=c51", "agent.risk_conditioned=true", "debug=quick", "logger=csv",
+                       "learning.target_update_period=10", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "run" / "eval.json").is_file()

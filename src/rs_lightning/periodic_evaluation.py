@@ -90,9 +90,9 @@ def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
     (the largest member's)."""
     shares = []
     for k in range(obs.shape[0]):
-        agent = pl_module.member(k).agent
-        dist = agent.return_distribution(obs[k].to(pl_module.device))
-        problem = agent.problem
+        member = pl_module.member(k)  # a risk-conditioned member adds its setting to obs
+        dist = member.return_distribution(obs[k])
+        problem = member.agent.problem
         shares.append(float(dist.mass_at_ends(problem.return_min, problem.return_max).mean()))
     share = max(shares)
     if share > SUPPORT_END_MASS:
