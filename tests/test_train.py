@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -122,7 +123,7 @@ def test_run_stopped_by_sigterm_saves_its_state_and_the_same_command_resumes_it(
     the step it stopped (no periodic checkpoints here, so nothing else could resume it); the
     same command then ends with the uninterrupted run's results."""
     overrides = [
-        "debug=quick", "logger=none", "callbacks.progress_bar=false", "agent=dqn",
+        "debug=quick", "logger=csv", "callbacks.progress_bar=false", "agent=dqn",
         "trainer.max_steps=1000", "trainer.checkpoint_every_n_steps=0",
         "evaluation.every_n_steps=100", "evaluation.episodes=200",
     ]
@@ -154,6 +155,15 @@ def test_run_stopped_by_sigterm_saves_its_state_and_the_same_command_resumes_it(
     assert 100 <= attempts[-1]["start_step"] < 1000
     assert (stopped / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
     assert resumed == full
+    # The metrics logged before the signal stay in metrics.csv, each step once.
+    assert csv_steps(stopped) == csv_steps(tmp_path / "full")
+
+
+def csv_steps(run_dir) -> list[tuple[int, str]]:
+    """(step, logged keys) of each row of a run's metrics.csv."""
+    with open(run_dir / "csv" / "metrics.csv", newline="") as file:
+        return [(int(row["step"]), ",".join(k for k, v in row.items() if v not in ("", None)))
+                for row in csv.DictReader(file)]
 
 
 def test_missing_checkpoint_is_a_config_error(compose, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 from pathlib import Path
@@ -10,10 +11,48 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from rs_lightning.run_names import hydra_setting_label, wandb_run_names
 from rs_lightning.schema import ValidatedConfig
 from rs_lightning.wandb_support import wandb_online_problem
+
+
+class _ResumingCSVWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that the ``metrics.csv`` of the run being resumed is kept
+    (Lightning's deletes it): its rows stay, and those at or after the first step the resumed
+    run logs again (the steps after its checkpoint) give way to the new ones."""
+
+    def _check_log_dir_exists(self) -> None:
+        self._earlier: list[dict[str, str]] = []
+        if os.path.isfile(self.metrics_file_path):
+            with open(self.metrics_file_path, newline="") as file:
+                reader = csv.DictReader(file)
+                self._earlier = list(reader)
+                self.metrics_keys = sorted(reader.fieldnames or [])
+            os.remove(self.metrics_file_path)
+
+    def save(self) -> None:
+        if self._earlier and self.metrics:
+            first = min(int(row["step"]) for row in self.metrics)
+            kept = [row for row in self._earlier if row.get("step") and float(row["step"]) < first]
+            with open(self.metrics_file_path, "w", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(kept)
+            self._earlier = []
+        super().save()
+
+
+class ResumingCSVLogger(CSVLogger):
+    """A CSVLogger whose resumed run appends to the metrics it logged before (see above)."""
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _ResumingCSVWriter(log_dir=self.log_dir)
+        return self._experiment
 
 
 def _sweep_group() -> str | None:
@@ -36,7 +75,7 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
         return []
     if cfg.backend == "csv":
 
-        return [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
+        return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="")]
 
     os.environ.setdefault("WANDB_SILENT", "true")
     train = settings.train
