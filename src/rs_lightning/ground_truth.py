@@ -13,16 +13,19 @@ On the paper's grid worlds the return of any fixed policy is an exact Gaussian m
 - :func:`distribution_distances`: the Wasserstein-1 distance between learned and exact
   Z(s, a), a metric of how well the distribution is learned, logged during training.
 
-Everything here returns ``None`` for environments that are not grid worlds.
+Everything here returns ``None`` for environments that are not grid worlds (except
+:func:`objective_references`, which also covers small tabular environments).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from rs_lightning.envs import tabular_references
 from rs_lightning.envs.exact import GaussianMixture, _resolve_env, exact_return
 # The utility of an exact law lives in the core layer, beside the exact reference policies.
 from rs_lightning.envs.exact_policies import (
@@ -98,7 +101,7 @@ def objective_references(
     policy's own static utility is given then.
     """
     if not env_config.grid_size:
-        return None
+        return tabular_objective_references(policy, env_config, utility)
     cells = greedy_cells(policy, env_config.grid_size)
     model = _grid_world(env_config)
     gamma = float(env_config.gamma)
@@ -116,6 +119,43 @@ def objective_references(
         per_decision_static_utility=fixed_point.discounted.utility,
     )
     return references
+
+
+def tabular_objective_references(
+    policy: BatchPolicy, env_config, utility: Utility
+) -> Optional[dict[str, Any]]:
+    """The grid worlds' keys on a small tabular gymnasium environment (Discrete spaces, a
+    published model ``unwrapped.P``, at most ``tabular_references.MAX_STATES`` states), in
+    the environment's reward units; None for any other environment.
+    ``per_decision_path`` is the nominal path of the per-decision fixed point (the states
+    it visits when no move slips, ``row,column`` on grid-shaped maps)."""
+    model = _tabular_model(env_config)
+    if model is None:
+        return None
+    # Observations are one-hot encoded (envs/gym_support.py): row s is state s.
+    states = torch.eye(model.n_states, dtype=torch.float32)
+    actions = policy(states).cpu().numpy().astype(np.int64)
+    return tabular_references.references(model, actions, utility, float(env_config.gamma))
+
+
+# The tabular model of each environment setting, made once a process (None: not tabular).
+_TABULAR_MODELS: dict[str, Optional[tabular_references.TabularModel]] = {}
+
+
+def _tabular_model(env_config) -> Optional[tabular_references.TabularModel]:
+    kwargs = dict(env_config.kwargs or {})
+    max_episode_steps = getattr(env_config, "max_episode_steps", None)
+    key = repr((env_config.id, sorted(kwargs.items()), max_episode_steps))
+    if key not in _TABULAR_MODELS:
+        try:
+            env = gym.make(env_config.id, disable_env_checker=True, **kwargs)
+        except Exception:  # the run made this environment, or said why it could not
+            env = None
+        _TABULAR_MODELS[key] = None if env is None else tabular_references.tabular_model(
+            env, horizon=max_episode_steps)
+        if env is not None:
+            env.close()
+    return _TABULAR_MODELS[key]
 
 
 def _grid_world(env_config):

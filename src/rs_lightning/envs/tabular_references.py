@@ -1,0 +1,655 @@
+"""Exact references of the per-decision and static objectives on small tabular environments.
+
+gymnasium's toy-text environments (and this project's slippery cliff walking) publish their
+model: ``env.unwrapped.P[s][a]`` is a list of ``(probability, next_state, reward,
+terminated)``. On such a model this module computes, in the environment's reward units:
+
+- :func:`learner_laws`: the law of the discounted return Z^pi(s, a) of a stationary
+  deterministic policy, the fixed point of the distributional Bellman operator with the
+  run's gamma. A time limit is bootstrapped through, as the learner does with gymnasium's
+  truncation, so this is the law the agent's Z(s, a) converges to;
+- :func:`episode_law`: the law of the discounted return sum_t gamma^t r_t of the episode
+  from the start distribution, time limit included (the static objective's return);
+- :func:`per_decision_fixed_point`: pi(s) = argmax_a U[Z^pi(s, a)] by utility-greedy
+  policy iteration, cycles reported (as :mod:`rs_lightning.envs.exact_policies` on the
+  grid worlds);
+- :func:`static_optimum`: max U of the episode's discounted return over history-dependent
+  policies, for the expectation (finite-horizon value iteration) and for
+  U = alpha E + (1 - alpha) CVaR_rho (Bauerle & Ott's augmented state, below).
+
+Laws live on a fixed uniform grid of atoms (:class:`ReturnGrid`, spacing ``delta``) that
+covers every discounted return the model allows. A value r + gamma z that falls between two
+atoms is split between them so that its mean is kept (the categorical projection of C51).
+Error bound: couple the projected law with the true return along each trajectory; each step
+adds a rounding error of mean zero and size below ``delta``, discounted by gamma^t. So
+
+- E is exact (up to float error and the iteration's tolerance);
+- every trajectory's value moves by at most delta * sum_{t < T} gamma^t <= delta / (1 - gamma)
+  (T its length), hence VaR_rho and CVaR_rho move by at most that too (both are monotone and
+  shift with a constant); the root mean square of the move is at most
+  delta / (2 sqrt(1 - gamma^2)) (the errors are martingale differences of variance below
+  delta^2 / 4), which bounds the Wasserstein-1 distance and so CVaR_rho's error by that
+  divided by rho. :func:`grid_error_bounds` gives both.
+
+Static CVaR (Bauerle & Ott 2011, via Rockafellar & Uryasev):
+alpha E[S] + (1 - alpha) CVaR_rho[S] = max_b E[alpha S + (1 - alpha) (b - (b - S)^+ / rho)].
+For a threshold b, the remainder of the episode after return c and discount gamma^t faces
+the threshold y = (b - c) / gamma^t, and
+W_t(s, y) = max_a sum p [alpha r + (terminal ? -kappa (y - r)^+ : gamma W_{t+1}(s', (y - r) / gamma))],
+kappa = (1 - alpha) / rho, W_H(s, y) = -kappa y^+ at the time limit H. The optimum is then
+max_b (1 - alpha) b + E_{s0}[W_0(s0, b)]: the best policy of (state, step, return so far),
+which is what ``objective=static`` can represent (it sees the return so far and gamma^t).
+W is kappa-Lipschitz in y and is linearly interpolated on a grid of y (spacing delta_y), so
+the optimum is within kappa delta_y / (2 (1 - gamma)) of the DP's value (a loose bound).
+
+The static optimum of U with VaR (no expected-utility form) is not computed: only a policy's
+own static utility is. Everything is pure numpy / torch on the model's arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from rs_lightning.risk import ReturnDistribution, Utility
+
+# Environments with more states than this get no references (the laws cost S x atoms).
+MAX_STATES = 500
+# Atoms of the return grid: cliff walking's returns span [-500, 0], a spacing of 0.05.
+ATOMS = 10001
+# Points of the threshold grid of the static CVaR dynamic programme.
+THRESHOLDS = 2001
+# The learner's laws are iterated until no atom's CDF moves by more than this.
+TOLERANCE = 1e-10
+MAX_SWEEPS = 3000
+# Utilities closer than this are ties (kept as the current action in policy iteration).
+_TIE = 1e-9
+MAX_ITERATIONS = 100
+CYCLE = "cycle"
+
+
+@dataclass(frozen=True, eq=False)
+class TabularModel:
+    """A finite MDP as arrays: ``probs[s, a, k]`` of outcome k, its ``next_states``,
+    ``rewards`` and ``terminal`` flag (outcomes padded with probability 0); ``start`` the
+    initial state distribution; ``horizon`` the time limit (None: none)."""
+
+    probs: np.ndarray
+    next_states: np.ndarray
+    rewards: np.ndarray
+    terminal: np.ndarray
+    start: np.ndarray
+    horizon: int | None
+    shape: tuple[int, int] | None = None  # rows and columns of a grid of states
+
+    @property
+    def n_states(self) -> int:
+        return self.probs.shape[0]
+
+    @property
+    def n_actions(self) -> int:
+        return self.probs.shape[1]
+
+
+def model_from_transitions(
+    transitions: dict, start: np.ndarray, horizon: int | None,
+    shape: tuple[int, int] | None = None,
+) -> TabularModel:
+    """A :class:`TabularModel` of gymnasium's ``P[s][a] = [(p, s', r, terminated), ...]``."""
+    n_states = len(transitions)
+    n_actions = len(transitions[0])
+    width = max(len(transitions[s][a]) for s in range(n_states) for a in range(n_actions))
+    probs = np.zeros((n_states, n_actions, width))
+    next_states = np.zeros((n_states, n_actions, width), dtype=np.int64)
+    rewards = np.zeros((n_states, n_actions, width))
+    terminal = np.ones((n_states, n_actions, width), dtype=bool)
+    for s in range(n_states):
+        for a in range(n_actions):
+            for k, (p, s2, r, done) in enumerate(transitions[s][a]):
+                probs[s, a, k] = p
+                next_states[s, a, k] = int(s2)
+                rewards[s, a, k] = r
+                terminal[s, a, k] = bool(done)
+    start = np.asarray(start, dtype=np.float64)
+    return TabularModel(probs, next_states, rewards, terminal, start / start.sum(), horizon,
+                        shape)
+
+
+def tabular_model(env, horizon: int | None = None,
+                  max_states: int = MAX_STATES) -> TabularModel | None:
+    """The model of a gymnasium environment with Discrete observations and actions (both
+    starting at 0), ``unwrapped.P`` and an initial state distribution, at most
+    ``max_states`` states; else None. ``horizon`` defaults to the spec's time limit."""
+    import gymnasium as gym
+
+    unwrapped = env.unwrapped
+    observations, actions = unwrapped.observation_space, unwrapped.action_space
+    if not (isinstance(observations, gym.spaces.Discrete)
+            and isinstance(actions, gym.spaces.Discrete)):
+        return None
+    if int(observations.start) != 0 or int(actions.start) != 0:
+        return None
+    transitions = getattr(unwrapped, "P", None)
+    start = getattr(unwrapped, "initial_state_distrib", None)
+    if not isinstance(transitions, dict) or start is None or int(observations.n) > max_states:
+        return None
+    if len(transitions) != int(observations.n):
+        return None
+    if horizon is None and env.spec is not None:
+        horizon = env.spec.max_episode_steps
+    shape = getattr(unwrapped, "shape", None)
+    if shape is None and hasattr(unwrapped, "nrow"):
+        shape = (int(unwrapped.nrow), int(unwrapped.ncol))
+    return model_from_transitions(transitions, start, horizon,
+                                  tuple(int(n) for n in shape) if shape else None)
+
+
+# --------------------------------------------------------------------------- return grid
+
+
+def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
+    """The lowest and highest discounted return any policy can get from any state (no time
+    limit; 0 included, the return of a truncated remainder): min / max value iteration
+    over outcomes of positive probability, started from a valid bound, so every iterate
+    stays one."""
+    possible = model.probs > 0
+    rewards = np.where(possible, model.rewards, np.nan)
+    r_low, r_high = float(np.nanmin(rewards)), float(np.nanmax(rewards))
+    low = np.full(model.n_states, min(r_low, 0.0) / (1.0 - gamma))
+    high = np.full(model.n_states, max(r_high, 0.0) / (1.0 - gamma))
+    for _ in range(100_000):
+        go_on = np.where(model.terminal, 0.0, gamma)
+        new_low = np.where(possible, model.rewards + go_on * low[model.next_states], np.inf)
+        new_high = np.where(possible, model.rewards + go_on * high[model.next_states], -np.inf)
+        new_low, new_high = new_low.min((1, 2)), new_high.max((1, 2))
+        moved = max(np.abs(new_low - low).max(), np.abs(new_high - high).max())
+        low, high = new_low, new_high
+        if moved < 1e-9:
+            break
+    return min(float(low.min()), 0.0), max(float(high.max()), 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class ReturnGrid:
+    """``atoms`` equally spaced returns from ``low`` to ``high``."""
+
+    low: float
+    high: float
+    atoms: int
+    _shifts: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def delta(self) -> float:
+        return (self.high - self.low) / (self.atoms - 1)
+
+    @functools.cached_property
+    def values(self) -> torch.Tensor:
+        return torch.linspace(self.low, self.high, self.atoms, dtype=torch.float64)
+
+    def split(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The lower atom index of every point and the share that goes to the atom above
+        (the mean-keeping categorical projection; points outside go to the end atoms)."""
+        position = ((points - self.low) / self.delta).clamp(0.0, self.atoms - 1.0)
+        lower = position.floor().clamp(max=self.atoms - 2)
+        return lower.long(), position - lower
+
+    def dirac(self, points: torch.Tensor) -> torch.Tensor:
+        """Point masses at ``points[...]`` projected on the grid -> ``[..., atoms]``."""
+        lower, share = self.split(points)
+        out = torch.zeros(*points.shape, self.atoms, dtype=torch.float64)
+        out.scatter_add_(-1, lower[..., None], (1.0 - share)[..., None])
+        out.scatter_add_(-1, lower[..., None] + 1, share[..., None])
+        return out
+
+    def shifted(self, laws: torch.Tensor, reward: float, gamma: float) -> torch.Tensor:
+        """The law of reward + gamma Z for every law ``laws[..., atoms]`` of Z."""
+        lower, share = self._shift(float(reward), float(gamma))
+        out = torch.zeros_like(laws)
+        out.index_add_(-1, lower, laws * (1.0 - share))
+        out.index_add_(-1, lower + 1, laws * share)
+        return out
+
+    def _shift(self, reward: float, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached: a law is shifted by the same few rewards at every sweep."""
+        key = (reward, gamma)
+        if key not in self._shifts:
+            self._shifts[key] = self.split(reward + gamma * self.values)
+        return self._shifts[key]
+
+    def distribution(self, laws: torch.Tensor) -> ReturnDistribution:
+        return ReturnDistribution(self.values.expand_as(laws), laws)
+
+
+def model_grid(model: TabularModel, gamma: float, atoms: int = ATOMS) -> ReturnGrid:
+    low, high = return_bounds(model, gamma)
+    if high - low < 1e-12:
+        high = low + 1.0
+    return ReturnGrid(low, high, atoms)
+
+
+def grid_error_bounds(grid: ReturnGrid, gamma: float, rho: float,
+                      horizon: int | None = None) -> dict[str, float]:
+    """Bounds on the error the grid brings to E, VaR_rho and CVaR_rho of a law (module
+    docstring): the pathwise bound delta sum_t gamma^t, and for CVaR also the root mean
+    square bound over rho."""
+    steps = math.inf if horizon is None else horizon
+    pathwise = grid.delta * (1.0 - gamma ** steps) / (1.0 - gamma)
+    rms = grid.delta / (2.0 * math.sqrt(1.0 - gamma ** 2))
+    return {"expectation": 0.0, "var": pathwise, "cvar": min(pathwise, rms / rho)}
+
+
+# --------------------------------------------------------------------------- laws of a policy
+
+
+def _bellman(model: TabularModel, grid: ReturnGrid, gamma: float, laws: torch.Tensor,
+             actions: np.ndarray) -> torch.Tensor:
+    """The law of r + gamma Z(s') (r alone at a terminal outcome) after taking
+    ``actions[i]`` in state i, for state laws ``laws[s, atoms]`` of the continuation;
+    ``actions`` may have extra leading dimensions -> ``[..., states, atoms]``."""
+    return _transition_operator(model, actions).apply(grid, gamma, laws)
+
+
+@dataclass(frozen=True, eq=False)
+class _TransitionOperator:
+    """The outcomes of a choice of action per row, grouped by reward: a sparse matrix of
+    the probabilities of going on to each state, and the probability of ending."""
+
+    shape: tuple[int, ...]
+    by_reward: tuple[tuple[float, torch.Tensor, torch.Tensor], ...]
+
+    def apply(self, grid: ReturnGrid, gamma: float, laws: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(int(np.prod(self.shape)), grid.atoms, dtype=torch.float64)
+        for reward, going, ending in self.by_reward:
+            out += going @ grid.shifted(laws, reward, gamma)
+            ended = grid.dirac(torch.tensor(reward, dtype=torch.float64))
+            out += ending[:, None] * ended
+        return out.reshape(*self.shape, grid.atoms)
+
+
+def _transition_operator(model: TabularModel, actions: np.ndarray) -> _TransitionOperator:
+    states = np.broadcast_to(np.arange(model.n_states), actions.shape)
+    probs = model.probs[states, actions].reshape(-1, model.probs.shape[-1])  # [rows, K]
+    next_states = model.next_states[states, actions].reshape(probs.shape)
+    rewards = model.rewards[states, actions].reshape(probs.shape)
+    terminal = model.terminal[states, actions].reshape(probs.shape)
+    rows = np.broadcast_to(np.arange(len(probs))[:, None], probs.shape)
+    groups = []
+    for reward in np.unique(rewards[probs > 0]):
+        chosen = (rewards == reward) & (probs > 0)
+        going = chosen & ~terminal
+        matrix = torch.sparse_coo_tensor(
+            torch.from_numpy(np.stack([rows[going], next_states[going]])),
+            torch.from_numpy(probs[going]), (len(probs), model.n_states),
+            check_invariants=True,
+        ).coalesce()
+        ending = torch.from_numpy(np.where(chosen & terminal, probs, 0.0).sum(1))
+        groups.append((float(reward), matrix, ending))
+    return _TransitionOperator(tuple(actions.shape), tuple(groups))
+
+
+def expected_values(model: TabularModel, policy: np.ndarray, gamma: float) -> np.ndarray:
+    """V^pi(s) with no time limit, by a linear solve."""
+    states = np.arange(model.n_states)
+    probs = model.probs[states, policy]
+    going = np.where(model.terminal[states, policy], 0.0, probs)
+    transition = np.zeros((model.n_states, model.n_states))
+    np.add.at(transition, (states[:, None].repeat(probs.shape[1], 1),
+                           model.next_states[states, policy]), going)
+    reward = (probs * model.rewards[states, policy]).sum(1)
+    return np.linalg.solve(np.eye(model.n_states) - gamma * transition, reward)
+
+
+@dataclass(frozen=True, eq=False)
+class LearnerLaws:
+    """Z^pi(s, a) for every state and action (``laws[s, a, atoms]`` on ``grid``) and the
+    sweeps the fixed point took."""
+
+    grid: ReturnGrid
+    laws: torch.Tensor
+    sweeps: int
+
+    def distribution(self) -> ReturnDistribution:
+        return self.grid.distribution(self.laws)
+
+
+def learner_laws(model: TabularModel, policy: np.ndarray, gamma: float,
+                 grid: ReturnGrid | None = None, tolerance: float = TOLERANCE,
+                 max_sweeps: int = MAX_SWEEPS) -> LearnerLaws:
+    """The law of the discounted return of taking a in s and following ``policy`` after,
+    with no time limit (the learner bootstraps through truncation): the projected
+    distributional Bellman operator iterated from point masses at the exact means V^pi(s)
+    (so that paths that never end start right on average) until no CDF moves by more than
+    ``tolerance``."""
+    grid = grid or model_grid(model, gamma)
+    policy = np.asarray(policy, dtype=np.int64)
+    laws = grid.dirac(torch.from_numpy(expected_values(model, policy, gamma)))
+    sweeps, operator = 0, _transition_operator(model, policy)
+    for sweeps in range(1, max_sweeps + 1):
+        new = operator.apply(grid, gamma, laws)
+        # Checked every few sweeps: the CDFs cost as much as a sweep.
+        if sweeps % 5 == 0 and float((new - laws).cumsum(-1).abs().max()) < tolerance:
+            laws = new
+            break
+        laws = new
+    every_action = np.broadcast_to(np.arange(model.n_actions)[:, None],
+                                   (model.n_actions, model.n_states))
+    first = _bellman(model, grid, gamma, laws, every_action)  # [A, S, atoms]
+    return LearnerLaws(grid, first.transpose(0, 1).contiguous(), sweeps)
+
+
+def episode_law(model: TabularModel, policy: np.ndarray, gamma: float,
+                grid: ReturnGrid | None = None,
+                horizon: int | None = None) -> ReturnDistribution:
+    """The law of the episode's discounted return sum_t gamma^t r_t from the start
+    distribution under ``policy``, the time limit ``horizon`` (default: the model's)
+    ending it; with no time limit, the learner's law of the start state."""
+    grid = grid or model_grid(model, gamma)
+    policy = np.asarray(policy, dtype=np.int64)
+    horizon = model.horizon if horizon is None else horizon
+    start = torch.from_numpy(model.start)
+    if horizon is None:
+        learned = learner_laws(model, policy, gamma, grid).laws
+        state_laws = learned[np.arange(model.n_states), policy]
+    else:
+        state_laws = grid.dirac(torch.zeros(model.n_states, dtype=torch.float64))
+        operator = _transition_operator(model, policy)
+        for _ in range(horizon):
+            state_laws = operator.apply(grid, gamma, state_laws)
+    return grid.distribution(start @ state_laws)
+
+
+def law_utility(law: ReturnDistribution, utility: Utility) -> torch.Tensor:
+    """U of laws on the grid, through the risk module's one definition."""
+    return utility(law)
+
+
+def static_utility(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float,
+                   grid: ReturnGrid | None = None) -> float:
+    """U[sum_t gamma^t r_t] of ``policy``'s episode from the start."""
+    return float(law_utility(episode_law(model, policy, gamma, grid), utility))
+
+
+# --------------------------------------------------------------------------- per-decision
+
+
+def nominal_path(model: TabularModel, policy: np.ndarray, max_length: int | None = None
+                 ) -> list[int]:
+    """The states ``policy`` visits from the most likely start when every step takes its
+    most likely outcome, until a terminal outcome, a repeated state or the time limit."""
+    state = int(np.argmax(model.start))
+    path = [state]
+    limit = max_length or model.horizon or 10 * model.n_states
+    for _ in range(limit):
+        a = int(policy[state])
+        k = int(np.argmax(model.probs[state, a]))
+        ended = bool(model.terminal[state, a, k])
+        state = int(model.next_states[state, a, k])
+        path.append(state)
+        if ended or path.count(state) > 1:
+            break
+    return path
+
+
+def describe_path(model: TabularModel, path: list[int]) -> str:
+    """A path as ``row,column`` cells (grid-shaped states) or state indices, space-separated."""
+    if model.shape is None:
+        return " ".join(str(s) for s in path)
+    return " ".join(f"{s // model.shape[1]},{s % model.shape[1]}" for s in path)
+
+
+def _greedy(values: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """argmax_a per state; a tie keeps the current action, else the lowest."""
+    best = values.max(1, keepdims=True)
+    ties = values >= best - _TIE
+    keep = ties[np.arange(len(current)), current]
+    return np.where(keep, current, ties.argmax(1))
+
+
+def action_utilities(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float,
+                     grid: ReturnGrid | None = None) -> np.ndarray:
+    """U[Z^pi(s, a)] for every state and action -> ``[S, A]``."""
+    laws = learner_laws(model, policy, gamma, grid)
+    return law_utility(laws.distribution(), utility).numpy()
+
+
+@dataclass(frozen=True)
+class PerDecisionFixedPoint:
+    policy: tuple[int, ...]  # at a cycle, the first of its policies
+    iterations: int
+    cycle: tuple[tuple[int, ...], ...]  # empty at a fixed point
+    path: str  # the nominal path from the start, or CYCLE where a cycle's paths differ
+    static_utility: float
+
+    @property
+    def converged(self) -> bool:
+        return not self.cycle
+
+
+def expectation_optimal_policy(model: TabularModel, gamma: float) -> np.ndarray:
+    """A stationary policy maximising E with no time limit (value iteration)."""
+    values = np.zeros(model.n_states)
+    for _ in range(100_000):
+        q = _expected_q(model, values, gamma)
+        new = q.max(1)
+        if np.abs(new - values).max() < 1e-12:
+            break
+        values = new
+    return _expected_q(model, values, gamma).argmax(1)
+
+
+def _expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
+    go_on = np.where(model.terminal, 0.0, gamma)
+    return (model.probs * (model.rewards + go_on * values[model.next_states])).sum(-1)
+
+
+def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float,
+                             initial: np.ndarray | None = None,
+                             grid: ReturnGrid | None = None,
+                             max_iterations: int = MAX_ITERATIONS) -> PerDecisionFixedPoint:
+    """The policy greedy on its own laws, pi(s) = argmax_a U[Z^pi(s, a)], by policy
+    iteration from ``initial`` (default: the expectation-optimal policy); a cycle of
+    policies is reported (U is not additive over steps, so nothing guarantees a fixed
+    point)."""
+    grid = grid or model_grid(model, gamma)
+    policy = (expectation_optimal_policy(model, gamma) if initial is None
+              else np.asarray(initial, dtype=np.int64))
+    seen: dict[tuple[int, ...], int] = {}
+    history: list[tuple[int, ...]] = []
+    cycle: tuple[tuple[int, ...], ...] = ()
+    for step in range(max_iterations + 1):
+        key = tuple(int(a) for a in policy)
+        seen[key] = step
+        history.append(key)
+        new = _greedy(action_utilities(model, policy, utility, gamma, grid), policy)
+        new_key = tuple(int(a) for a in new)
+        if new_key == key:
+            break
+        if new_key in seen:
+            cycle = tuple(history[seen[new_key]:])
+            policy = new
+            break
+        policy = new
+    else:
+        raise RuntimeError(f"policy iteration neither converged nor cycled in {max_iterations}")
+    paths = {describe_path(model, nominal_path(model, np.array(k))) for k in (cycle or (key,))}
+    final = np.asarray(cycle[0] if cycle else key)
+    return PerDecisionFixedPoint(
+        policy=tuple(int(a) for a in final), iterations=step, cycle=cycle,
+        path=paths.pop() if len(paths) == 1 else CYCLE,
+        static_utility=static_utility(model, final, utility, gamma, grid),
+    )
+
+
+# --------------------------------------------------------------------------- static optimum
+
+
+@dataclass(frozen=True)
+class StaticOptimum:
+    """max U of the episode's discounted return over policies of (state, step, return so
+    far); ``threshold`` is the optimal b of the CVaR form (None for the expectation)."""
+
+    utility: float
+    threshold: float | None
+
+
+def _horizon(model: TabularModel, gamma: float) -> int:
+    """The time limit, or, without one, the steps after which gamma^t of any return is
+    below 1e-9 of the returns' range."""
+    if model.horizon is not None:
+        return int(model.horizon)
+    return math.ceil(math.log(1e-9) / math.log(gamma))
+
+
+def optimal_expectation(model: TabularModel, gamma: float) -> tuple[float, np.ndarray]:
+    """max E[sum_{t < H} gamma^t r_t] from the start by finite-horizon value iteration
+    (policies of state and step), and the values V_t(s) for t = 0..H -> ``[H + 1, S]``."""
+    horizon = _horizon(model, gamma)
+    values = np.zeros((horizon + 1, model.n_states))
+    for t in range(horizon - 1, -1, -1):
+        values[t] = _expected_q(model, values[t + 1], gamma).max(1)
+    return float(model.start @ values[0]), values
+
+
+def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: float,
+                        thresholds: int = THRESHOLDS) -> StaticOptimum:
+    """max over policies of (state, step, return so far) of
+    alpha E[S] + (1 - alpha) CVaR_rho[S], S = sum_{t < H} gamma^t r_t (module docstring)."""
+    kappa = (1.0 - alpha) / rho
+    horizon = _horizon(model, gamma)
+    low, high = return_bounds(model, gamma)
+    start_value, best_mean = optimal_expectation(model, gamma)
+    ys = threshold_grid(low, high, start_value, thresholds)
+    rewards = np.unique(model.rewards[model.probs > 0])
+    # Where the threshold (y - r) / gamma of the next state lies on the grid, per reward.
+    queries = {float(r): (ys - r) / gamma for r in rewards}
+    positions = {}
+    for r, q in queries.items():
+        lower = np.clip(np.searchsorted(ys, q, side="right") - 1, 0, len(ys) - 2)
+        share = np.clip((q - ys[lower]) / (ys[lower + 1] - ys[lower]), 0.0, 1.0)
+        positions[r] = (lower, share, q < low, q > high)
+    # Each outcome's reward (its index in ``rewards``) and where it leads: a terminal
+    # outcome leads to a row n_states that holds the value of ending with that reward.
+    reward_index = np.searchsorted(rewards, model.rewards).clip(0, len(rewards) - 1)
+    leads_to = np.where(model.terminal, model.n_states, model.next_states)
+    ended = np.stack([alpha * r - kappa * np.maximum(ys - r, 0.0) for r in rewards])
+    w = -kappa * np.maximum(ys, 0.0)[None, :].repeat(model.n_states, 0)  # W_H
+    for t in range(horizon - 1, -1, -1):
+        mean = best_mean[t + 1][:, None]
+        outcome_values = np.empty((len(rewards), model.n_states + 1, len(ys)))
+        for i, r in enumerate(rewards):
+            lower, share, below, above = positions[float(r)]
+            value = w[:, lower] * (1.0 - share) + w[:, lower + 1] * share
+            # Outside the returns' range the threshold is never / always crossed.
+            value = np.where(below[None, :], alpha * mean, value)
+            value = np.where(above[None, :], (alpha + kappa) * mean - kappa * queries[float(r)],
+                             value)
+            outcome_values[i, :-1] = alpha * r + gamma * value
+            outcome_values[i, -1] = ended[i]
+        q = np.zeros((model.n_states, model.n_actions, len(ys)))
+        for k in range(model.probs.shape[-1]):
+            q += model.probs[..., k, None] * outcome_values[reward_index[..., k], leads_to[..., k]]
+        w = q.max(1)
+    totals = (1.0 - alpha) * ys + model.start @ w
+    best = int(np.argmax(totals))
+    return StaticOptimum(float(totals[best]), float(ys[best]))
+
+
+def threshold_grid(low: float, high: float, start_value: float, points: int = THRESHOLDS
+                   ) -> np.ndarray:
+    """The thresholds y of the static CVaR programme: a quarter of the points spread over
+    every return the model allows, the rest where the episode's returns lie (from the
+    expectation-optimal start value V0 down by three times max(|V0|, high - V0))."""
+    reach = 3.0 * max(abs(start_value), high - start_value)
+    fine_low = max(low, start_value - reach)
+    coarse = np.linspace(low, high, points // 4)
+    fine = np.linspace(fine_low, high, points - points // 4)
+    return np.unique(np.concatenate([coarse, fine]))
+
+
+def static_optimum(model: TabularModel, utility: Utility, gamma: float
+                   ) -> StaticOptimum | None:
+    """The static optimum for the expectation and for alpha E + (1 - alpha) CVaR_rho; None
+    for other measures (VaR has no expected-utility form to run a DP on)."""
+    if utility.alpha == 1.0 or utility.risk == "expectation":
+        return StaticOptimum(optimal_expectation(model, gamma)[0], None)
+    if utility.risk == "cvar":
+        return static_cvar_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
+    return None
+
+
+# --------------------------------------------------------------------------- references
+
+# Risk measures whose per-decision fixed point and static optimum are computed.
+REFERENCE_RISKS = ("expectation", "var", "cvar")
+
+
+def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float
+               ) -> dict[str, Any]:
+    """What ``eval.json`` carries on a tabular environment (the grid worlds' keys):
+    ``exact_static_utility`` of ``policy``; with E, VaR or CVaR also ``per_decision_path``
+    and ``per_decision_static_utility``; with E or CVaR ``static_optimum`` and
+    ``static_gap``."""
+    key = _model_key(model)
+    own = static_utility(model, np.asarray(policy), utility, gamma, _cached_grid(key, gamma))
+    out: dict[str, Any] = {"exact_static_utility": own}
+    if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
+        return out
+    fixed_point = _cached_fixed_point(key, gamma, _utility_key(utility))
+    out.update(per_decision_path=fixed_point.path,
+               per_decision_static_utility=fixed_point.static_utility)
+    best = _cached_optimum(key, gamma, _utility_key(utility))
+    if best is not None:
+        out.update(static_optimum=best.utility, static_gap=max(best.utility - own, 0.0))
+    return out
+
+
+# Caches keyed by the model's identity: callers keep one model per environment setting.
+_MODELS: dict[int, TabularModel] = {}
+
+
+def _model_key(model: TabularModel) -> int:
+    _MODELS[id(model)] = model
+    return id(model)
+
+
+def _utility_key(utility: Utility) -> tuple:
+    return utility.alpha, utility.risk, tuple(sorted(utility.params.items()))
+
+
+def _utility_of(key: tuple) -> Utility:
+    alpha, risk, params = key
+    return Utility(alpha, risk, dict(params))
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_grid(model_key: int, gamma: float) -> ReturnGrid:
+    return model_grid(_MODELS[model_key], gamma)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_fixed_point(model_key: int, gamma: float, utility_key: tuple
+                        ) -> PerDecisionFixedPoint:
+    return per_decision_fixed_point(_MODELS[model_key], _utility_of(utility_key), gamma,
+                                    grid=_cached_grid(model_key, gamma))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_optimum(model_key: int, gamma: float, utility_key: tuple
+                    ) -> StaticOptimum | None:
+    return static_optimum(_MODELS[model_key], _utility_of(utility_key), gamma)
+
+
+__all__ = [
+    "ATOMS", "CYCLE", "MAX_STATES", "LearnerLaws", "PerDecisionFixedPoint", "ReturnGrid",
+    "StaticOptimum", "TabularModel", "action_utilities", "describe_path", "episode_law",
+    "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
+    "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
+    "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
+    "static_optimum", "static_utility", "tabular_model",
+]

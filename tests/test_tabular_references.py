@@ -1,0 +1,244 @@
+"""Exact references of the two objectives on tabular environments
+(rs_lightning.envs.tabular_references): the projected return laws against a closed form and
+against Monte Carlo of the real cliff walking, the per-decision fixed points and static
+optima of the cliff-walking preset, and the keys a run writes into eval.json."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rs_lightning.envs  # noqa: F401  (registers rs_lightning/SlipperyCliffWalking-v0)
+from rs_lightning.envs import tabular_references as tr
+from rs_lightning.envs.cliff_walking import (
+    COLUMNS,
+    START_STATE,
+    lane_policy,
+    lower_quantile,
+    lower_tail_mean,
+    optimal_expected_values,
+)
+from rs_lightning.risk import Utility, conditional_value_at_risk, expectation, value_at_risk
+
+GAMMA = 0.99
+RHO = 0.1
+
+
+def cliff_env(max_episode_steps: int = 100):
+    # conf/env/cliff_walking.yaml
+    return gym.make("rs_lightning/SlipperyCliffWalking-v0", slip_probability=0.03,
+                    cliff_reward=-5, max_episode_steps=max_episode_steps)
+
+
+@pytest.fixture(scope="module")
+def cliff():
+    return tr.tabular_model(cliff_env())
+
+
+def statistics(law) -> tuple[float, float, float]:
+    return (float(expectation(law)), float(value_at_risk(law, RHO)),
+            float(conditional_value_at_risk(law, RHO)))
+
+
+# ----------------------------------------------------------------- a law in closed form
+
+
+def geometric_chain(stop: float) -> tr.TabularModel:
+    """One state, reward 1 a step, the episode ends after each step with probability
+    ``stop``: the return after T ~ Geometric(stop) steps is (1 - gamma^T) / (1 - gamma)."""
+    transitions = {0: {0: [(1.0 - stop, 0, 1.0, False), (stop, 0, 1.0, True)]}}
+    return tr.model_from_transitions(transitions, np.array([1.0]), horizon=None)
+
+
+def geometric_law(stop: float, gamma: float, horizon: int | None = None):
+    steps = np.arange(1, 20_001)
+    probs = (1.0 - stop) ** (steps - 1) * stop
+    if horizon is not None:  # the time limit ends the longer episodes at `horizon` steps
+        probs[horizon - 1] = probs[horizon - 1:].sum()
+        steps, probs = steps[:horizon], probs[:horizon]
+    values = (1.0 - gamma ** steps) / (1.0 - gamma)
+    order = np.argsort(values)
+    return values[order], probs[order]
+
+
+@pytest.mark.parametrize("gamma,atoms", [(0.9, 201), (0.9, 2001), (0.99, 1001)])
+def test_learner_law_of_a_geometric_chain_is_within_the_grid_bound(gamma, atoms):
+    stop = 0.2
+    model = geometric_chain(stop)
+    grid = tr.model_grid(model, gamma, atoms)
+    assert (grid.low, grid.high) == pytest.approx((0.0, 1.0 / (1.0 - gamma)))
+    laws = tr.learner_laws(model, np.array([0]), gamma, grid)
+    law = laws.distribution().select((0, 0))
+    values, probs = geometric_law(stop, gamma)
+    exact = (float(values @ probs), lower_quantile(values, probs, RHO),
+             lower_tail_mean(values, probs, RHO))
+    bounds = tr.grid_error_bounds(grid, gamma, RHO)
+    mean, var, cvar = statistics(law)
+    assert mean == pytest.approx(exact[0], abs=1e-8)  # the projection keeps the mean
+    assert abs(var - exact[1]) <= bounds["var"]
+    assert abs(cvar - exact[2]) <= bounds["cvar"]
+    # The bound is not idle: the error shrinks with the spacing.
+    assert abs(cvar - exact[2]) <= 2 * grid.delta / RHO
+
+
+def test_episode_law_of_a_geometric_chain_under_a_time_limit():
+    stop, gamma, horizon = 0.1, 0.95, 12
+    model = dataclasses_replace_horizon(geometric_chain(stop), horizon)
+    grid = tr.model_grid(model, gamma, 4001)
+    law = tr.episode_law(model, np.array([0]), gamma, grid)
+    values, probs = geometric_law(stop, gamma, horizon)
+    bounds = tr.grid_error_bounds(grid, gamma, RHO, horizon)
+    mean, var, cvar = statistics(law)
+    assert mean == pytest.approx(float(values @ probs), abs=1e-9)
+    assert abs(var - lower_quantile(values, probs, RHO)) <= bounds["var"]
+    assert abs(cvar - lower_tail_mean(values, probs, RHO)) <= bounds["cvar"]
+
+
+def dataclasses_replace_horizon(model: tr.TabularModel, horizon: int) -> tr.TabularModel:
+    import dataclasses
+
+    return dataclasses.replace(model, horizon=horizon)
+
+
+# ----------------------------------------------------------------- the real cliff walking
+
+
+def monte_carlo_returns(row: int, episodes: int, seed: int = 0) -> np.ndarray:
+    """Discounted returns of lane_policy(row) on the real environment (time limit 100)."""
+    env = cliff_env()
+    actions = lane_policy(row)
+    returns = np.empty(episodes)
+    for i in range(episodes):
+        state, _ = env.reset(seed=seed + i)
+        total, discount, done = 0.0, 1.0, False
+        while not done:
+            state, reward, terminated, truncated, _ = env.step(int(actions[state]))
+            total += discount * reward
+            discount *= GAMMA
+            done = terminated or truncated
+        returns[i] = total
+    return returns
+
+
+@pytest.mark.parametrize("row", [0, 1, 2])
+def test_cliff_lane_laws_agree_with_monte_carlo_of_the_environment(cliff, row):
+    episodes = 1000
+    returns = np.sort(monte_carlo_returns(row, episodes))
+    grid = tr.model_grid(cliff, GAMMA)
+    law = tr.episode_law(cliff, lane_policy(row), GAMMA, grid)
+    mean, var, cvar = statistics(law)
+    bound = tr.grid_error_bounds(grid, GAMMA, RHO, cliff.horizon)
+    assert abs(mean - returns.mean()) < 4.5 * returns.std() / np.sqrt(episodes)
+    # DKW: the empirical CDF is within eps of the true one with probability 1 - 2 exp(-2 n eps^2)
+    eps = np.sqrt(np.log(2 / 1e-4) / (2 * episodes))
+    low = returns[int(np.floor((RHO - eps) * episodes))]
+    high = returns[int(np.ceil((RHO + eps) * episodes))]
+    assert low - bound["var"] <= var <= high + bound["var"]
+    tail = returns[: int(RHO * episodes)]
+    assert abs(cvar - tail.mean()) < 5 * tail.std() / np.sqrt(len(tail)) + bound["cvar"]
+    # Bootstrapping through the time limit barely changes these terminating policies' laws.
+    learned = tr.learner_laws(cliff, lane_policy(row), GAMMA, grid)
+    start = learned.distribution().select((START_STATE, int(lane_policy(row)[START_STATE])))
+    assert statistics(start) == pytest.approx((mean, var, cvar), abs=1e-3)
+
+
+def test_optimal_expectation_matches_the_cliff_walking_value_iteration(cliff):
+    best, _ = tr.optimal_expectation(cliff, GAMMA)
+    transitions = cliff_env().unwrapped.P
+    values, _ = optimal_expected_values(transitions, 48, 4, horizon=100, gamma=GAMMA)
+    assert best == pytest.approx(values[100, START_STATE], abs=1e-9)
+
+
+def lane_rows(path: str) -> set[int]:
+    """The rows a nominal path ("row,column" cells) walks along, the first two and the last
+    columns left out (a path may climb to its row in the second column)."""
+    cells = [tuple(int(x) for x in cell.split(",")) for cell in path.split()]
+    return {r for r, c in cells if 1 < c < COLUMNS - 1}
+
+
+@pytest.fixture(scope="module")
+def coarse(cliff):
+    # A coarser grid than the references' (spacing 0.25): the paths are clear-cut.
+    return tr.model_grid(cliff, GAMMA, 2001)
+
+
+def test_per_decision_fixed_point_walks_by_the_cliff_for_the_expectation(cliff, coarse):
+    fixed_point = tr.per_decision_fixed_point(cliff, Utility(1.0), GAMMA, grid=coarse)
+    assert fixed_point.converged
+    assert lane_rows(fixed_point.path) == {2}
+    best, _ = tr.optimal_expectation(cliff, GAMMA)
+    assert fixed_point.static_utility == pytest.approx(best, abs=1e-6)
+
+
+@pytest.mark.parametrize("risk", ["var", "cvar"])
+def test_per_decision_fixed_point_keeps_a_row_away_from_the_cliff_with_risk(cliff, coarse, risk):
+    utility = Utility(0.5, risk, {"rho": RHO})
+    fixed_point = tr.per_decision_fixed_point(cliff, utility, GAMMA, grid=coarse)
+    assert fixed_point.converged
+    assert lane_rows(fixed_point.path) == {1}
+    lanes = {row: tr.static_utility(cliff, lane_policy(row), utility, GAMMA, coarse)
+             for row in (0, 1, 2)}
+    assert lanes[1] > lanes[0] and lanes[1] > lanes[2]
+
+
+@pytest.mark.parametrize("utility", [Utility(1.0), Utility(0.5, "cvar", {"rho": RHO})],
+                         ids=["expectation", "cvar"])
+def test_static_optimum_dominates_every_lane_and_the_per_decision_policy(cliff, coarse, utility):
+    best = tr.static_optimum(cliff, utility, GAMMA)
+    fixed_point = tr.per_decision_fixed_point(cliff, utility, GAMMA, grid=coarse)
+    for row in (0, 1, 2):
+        assert best.utility >= tr.static_utility(cliff, lane_policy(row), utility, GAMMA, coarse)
+    assert best.utility >= fixed_point.static_utility - 1e-9
+
+
+def test_static_cvar_optimum_converges_with_the_threshold_grid(cliff):
+    values = [tr.static_cvar_optimum(cliff, 0.5, RHO, GAMMA, n).utility for n in (501, 2001)]
+    assert abs(values[1] - values[0]) < 0.1
+
+
+def test_alpha_zero_static_cvar_optimum_matches_the_exact_cvar_of_a_deterministic_chain():
+    """A single chain: the only policy's CVaR is the static optimum, exactly."""
+    model = dataclasses_replace_horizon(geometric_chain(0.3), 20)
+    best = tr.static_cvar_optimum(model, 0.0, RHO, 0.9, 4001)
+    values, probs = geometric_law(0.3, 0.9, 20)
+    assert best.utility == pytest.approx(lower_tail_mean(values, probs, RHO), abs=2e-3)
+
+
+# ----------------------------------------------------------------- which environments
+
+
+def test_tabular_models_of_gymnasium_toy_text():
+    frozen = tr.tabular_model(gym.make("FrozenLake-v1", map_name="4x4"))
+    assert (frozen.n_states, frozen.n_actions, frozen.horizon, frozen.shape) == (16, 4, 100, (4, 4))
+    taxi = tr.tabular_model(gym.make("Taxi-v4"))
+    assert (taxi.n_states, taxi.horizon) == (500, 200)
+    assert tr.tabular_model(gym.make("Taxi-v4"), max_states=499) is None
+    assert tr.tabular_model(gym.make("CartPole-v1")) is None
+
+
+def test_references_on_frozen_lake():
+    model = tr.tabular_model(gym.make("FrozenLake-v1", map_name="4x4"))
+    policy = tr.expectation_optimal_policy(model, 0.99)
+    out = tr.references(model, policy, Utility(0.5, "cvar", {"rho": RHO}), 0.99)
+    assert set(out) == {"exact_static_utility", "per_decision_path",
+                        "per_decision_static_utility", "static_optimum", "static_gap"}
+    assert 0.0 <= out["exact_static_utility"] <= out["static_optimum"] + 1e-3
+    wang = tr.references(model, policy, Utility(0.5, "wang", {"eta": -0.75}), 0.99)
+    assert set(wang) == {"exact_static_utility"}
+
+
+def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_path):
+    from rs_lightning.train import run
+
+    run_dir = tmp_path / "cliff"
+    run(compose(["env=cliff_walking", "agent=dqn", "debug=quick", "logger=none",
+                 "callbacks.progress_bar=false", "trainer.max_steps=60",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=5"]), run_dir=run_dir)
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert lane_rows(summary["per_decision_path"]) == {1}  # alpha 0.5 with VaR_0.1
+    assert summary["per_decision_static_utility"] == pytest.approx(-15.19, abs=0.05)
+    assert np.isfinite(summary["exact_static_utility"])
+    assert "static_optimum" not in summary  # none for VaR (module docstring)
