@@ -21,7 +21,12 @@ from rs_lightning.envs.cliff_walking import (
     lower_tail_mean,
     optimal_expected_values,
 )
-from rs_lightning.risk import Utility, conditional_value_at_risk, expectation, value_at_risk
+from rs_lightning.risk import (
+    Utility,
+    conditional_value_at_risk,
+    expectation,
+    value_at_risk,
+)
 
 GAMMA = 0.99
 RHO = 0.1
@@ -47,9 +52,10 @@ def statistics(law) -> tuple[float, float, float]:
 
 
 def geometric_chain(stop: float) -> tr.TabularModel:
-    """One state, reward 1 a step, the episode ends after each step with probability
-    ``stop``: the return after T ~ Geometric(stop) steps is (1 - gamma^T) / (1 - gamma)."""
-    transitions = {0: {0: [(1.0 - stop, 0, 1.0, False), (stop, 0, 1.0, True)]}}
+    """One state, reward -1 a step, the episode ends after each step with probability
+    ``stop``: the return after T ~ Geometric(stop) steps is -(1 - gamma^T) / (1 - gamma),
+    whose lower tail (long episodes) spreads over many values."""
+    transitions = {0: {0: [(1.0 - stop, 0, -1.0, False), (stop, 0, -1.0, True)]}}
     return tr.model_from_transitions(transitions, np.array([1.0]), horizon=None)
 
 
@@ -59,7 +65,7 @@ def geometric_law(stop: float, gamma: float, horizon: int | None = None):
     if horizon is not None:  # the time limit ends the longer episodes at `horizon` steps
         probs[horizon - 1] = probs[horizon - 1:].sum()
         steps, probs = steps[:horizon], probs[:horizon]
-    values = (1.0 - gamma ** steps) / (1.0 - gamma)
+    values = -(1.0 - gamma ** steps) / (1.0 - gamma)
     order = np.argsort(values)
     return values[order], probs[order]
 
@@ -69,7 +75,7 @@ def test_learner_law_of_a_geometric_chain_is_within_the_grid_bound(gamma, atoms)
     stop = 0.2
     model = geometric_chain(stop)
     grid = tr.model_grid(model, gamma, atoms)
-    assert (grid.low, grid.high) == pytest.approx((0.0, 1.0 / (1.0 - gamma)))
+    assert (grid.low, grid.high) == pytest.approx((-1.0 / (1.0 - gamma), 0.0))
     laws = tr.learner_laws(model, np.array([0]), gamma, grid)
     law = laws.distribution().select((0, 0))
     values, probs = geometric_law(stop, gamma)
@@ -213,10 +219,15 @@ def test_alpha_zero_static_cvar_optimum_matches_the_exact_cvar_of_a_deterministi
 def test_tabular_models_of_gymnasium_toy_text():
     frozen = tr.tabular_model(gym.make("FrozenLake-v1", map_name="4x4"))
     assert (frozen.n_states, frozen.n_actions, frozen.horizon, frozen.shape) == (16, 4, 100, (4, 4))
-    taxi = tr.tabular_model(gym.make("Taxi-v4"))
+    taxi = tr.tabular_model(gym.make("Taxi-v4"), max_states=500)
     assert (taxi.n_states, taxi.horizon) == (500, 200)
-    assert tr.tabular_model(gym.make("Taxi-v4"), max_states=499) is None
+    assert tr.tabular_model(gym.make("Taxi-v4")) is None  # more than MAX_STATES
     assert tr.tabular_model(gym.make("CartPole-v1")) is None
+    # The grid's spacing: 1/20 of a step's reward on cliff walking, 1/2000 of [0, 1] on
+    # FrozenLake.
+    cliff = tr.tabular_model(cliff_env())
+    assert tr.model_grid(cliff, GAMMA).delta == pytest.approx(0.05)
+    assert tr.model_grid(frozen, GAMMA).delta == pytest.approx(0.0005)
 
 
 def test_references_on_frozen_lake():

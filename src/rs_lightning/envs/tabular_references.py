@@ -59,14 +59,19 @@ import torch
 
 from rs_lightning.risk import ReturnDistribution, Utility
 
-# Environments with more states than this get no references (the laws cost S x atoms).
-MAX_STATES = 500
-# Atoms of the return grid: cliff walking's returns span [-500, 0], a spacing of 0.05.
-ATOMS = 10001
+# Environments with more states than this get no references: the laws cost states x atoms
+# a sweep (cliff walking's 48 and FrozenLake 8x8's 64 take seconds, Taxi's 500 minutes).
+MAX_STATES = 100
+# The return grid's spacing: at most 1/20 of the smallest reward size and 1/2000 of the
+# returns' range, with at most MAX_ATOMS atoms (the laws' cost is states x atoms a sweep).
+# Cliff walking: [-500, 0] in steps of 0.05; FrozenLake: [0, 1] in steps of 0.0005.
+MIN_ATOMS = 2001
+MAX_ATOMS = 10001
+REWARD_FRACTION = 20
 # Points of the threshold grid of the static CVaR dynamic programme.
 THRESHOLDS = 2001
 # The learner's laws are iterated until no atom's CDF moves by more than this.
-TOLERANCE = 1e-10
+TOLERANCE = 1e-8
 MAX_SWEEPS = 3000
 # Utilities closer than this are ties (kept as the current action in policy iteration).
 _TIE = 1e-9
@@ -226,10 +231,17 @@ class ReturnGrid:
         return ReturnDistribution(self.values.expand_as(laws), laws)
 
 
-def model_grid(model: TabularModel, gamma: float, atoms: int = ATOMS) -> ReturnGrid:
+def model_grid(model: TabularModel, gamma: float, atoms: int | None = None) -> ReturnGrid:
+    """The grid of every return the model allows; ``atoms`` defaults to the spacing rule
+    above (MIN_ATOMS, MAX_ATOMS, REWARD_FRACTION)."""
     low, high = return_bounds(model, gamma)
     if high - low < 1e-12:
         high = low + 1.0
+    if atoms is None:
+        sizes = np.abs(model.rewards[(model.probs > 0) & (model.rewards != 0)])
+        unit = float(sizes.min()) if sizes.size else high - low
+        spacing = min((high - low) / (MIN_ATOMS - 1), unit / REWARD_FRACTION)
+        atoms = min(MAX_ATOMS, math.ceil((high - low) / spacing - 1e-9) + 1)
     return ReturnGrid(low, high, atoms)
 
 
@@ -266,7 +278,8 @@ class _TransitionOperator:
     def apply(self, grid: ReturnGrid, gamma: float, laws: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(int(np.prod(self.shape)), grid.atoms, dtype=torch.float64)
         for reward, going, ending in self.by_reward:
-            out += going @ grid.shifted(laws, reward, gamma)
+            if going._nnz():  # a reward only met on ending outcomes shifts nothing
+                out += going @ grid.shifted(laws, reward, gamma)
             ended = grid.dirac(torch.tensor(reward, dtype=torch.float64))
             out += ending[:, None] * ended
         return out.reshape(*self.shape, grid.atoms)
@@ -646,7 +659,8 @@ def _cached_optimum(model_key: int, gamma: float, utility_key: tuple
 
 
 __all__ = [
-    "ATOMS", "CYCLE", "MAX_STATES", "LearnerLaws", "PerDecisionFixedPoint", "ReturnGrid",
+    "CYCLE", "MAX_ATOMS", "MAX_STATES", "MIN_ATOMS", "LearnerLaws", "PerDecisionFixedPoint",
+    "ReturnGrid",
     "StaticOptimum", "TabularModel", "action_utilities", "describe_path", "episode_law",
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
