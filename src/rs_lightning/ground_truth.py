@@ -128,7 +128,10 @@ def tabular_objective_references(
     published model ``unwrapped.P``, at most ``tabular_references.MAX_STATES`` states), in
     the environment's reward units; None for any other environment.
     ``per_decision_path`` is the nominal path of the per-decision fixed point (the states
-    it visits when no move slips, ``row,column`` on grid-shaped maps)."""
+    it visits when no move slips, ``row,column`` on grid-shaped maps). Needs gamma < 1 (the
+    learner's laws bootstrap through the time limit)."""
+    if float(env_config.gamma) >= 1.0:
+        return None
     model = _tabular_model(env_config)
     if model is None:
         return None
