@@ -23,7 +23,8 @@ atoms is split between them so that its mean is kept (the categorical projection
 Error bound: couple the projected law with the true return along each trajectory; each step
 adds a rounding error of mean zero and size below ``delta``, discounted by gamma^t. So
 
-- E is exact (up to float error and the iteration's tolerance);
+- E is exact (up to float error, the iteration's tolerance, and values that the grid's ends
+  clip, which stay within one atom of them);
 - every trajectory's value moves by at most delta * sum_{t < T} gamma^t <= delta / (1 - gamma)
   (T its length), hence VaR_rho and CVaR_rho move by at most that too (both are monotone and
   shift with a constant); the root mean square of the move is at most
@@ -39,8 +40,11 @@ W_t(s, y) = max_a sum p [alpha r + (terminal ? -kappa (y - r)^+ : gamma W_{t+1}(
 kappa = (1 - alpha) / rho, W_H(s, y) = -kappa y^+ at the time limit H. The optimum is then
 max_b (1 - alpha) b + E_{s0}[W_0(s0, b)]: the best policy of (state, step, return so far),
 which is what ``objective=static`` can represent (it sees the return so far and gamma^t).
-W is kappa-Lipschitz in y and is linearly interpolated on a grid of y (spacing delta_y), so
-the optimum is within kappa delta_y / (2 (1 - gamma)) of the DP's value (a loose bound).
+W is kappa-Lipschitz in y and is linearly interpolated on a grid of y (:func:`threshold_grid`,
+dense where the returns lie), so the optimum is within kappa delta_y / (2 (1 - gamma)) of the
+DP's value, delta_y the widest spacing the thresholds meet (a loose bound; measured on cliff
+walking: 1001, 2001 and 4001 thresholds give -15.920, -15.905 and -15.898, halving the
+difference each time, so 2001 is about 0.015 below the limit).
 
 The static optimum of U with VaR (no expected-utility form) is not computed: only a policy's
 own static utility is. Everything is pure numpy / torch on the model's arrays.
