@@ -253,3 +253,11 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
     assert summary["per_decision_static_utility"] == pytest.approx(-15.19, abs=0.05)
     assert np.isfinite(summary["exact_static_utility"])
     assert "static_optimum" not in summary  # none for VaR (module docstring)
+    # The results' exact table shows the reference beside empty exact E, VaR, CVaR cells.
+    from rs_lightning.results import collect, summarize, table_columns, table_rows
+
+    table = summarize(collect(tmp_path))
+    (cells,) = table_rows(table, "exact")
+    shown = dict(zip(table_columns(table, "exact"), cells))
+    assert shown["static U"] == f"{summary['exact_static_utility']:.3f}"
+    assert shown["E[S]"] == "" and shown["static optimum"] == ""

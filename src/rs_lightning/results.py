@@ -388,10 +388,11 @@ def _interval_cell(entry: dict[str, Any], metric: str) -> str:
 def table_rows(table: list[dict[str, Any]], kind: str = "mean") -> list[list[str]]:
     """The table of ``kind`` as rows of text cells: ``mean`` (mean ± std, the paper's value),
     ``iqm`` (interquartile mean and interval) or ``exact`` (the exact evaluation, grid
-    worlds); also the data of the report's HTML and W&B tables."""
+    worlds; on small tabular environments the objectives' references alone); also the data
+    of the report's HTML and W&B tables."""
     rows = []
     for e in table:
-        if kind == "exact" and "exact_expectation" not in e:
+        if kind == "exact" and "exact_expectation" not in e and "exact_static_utility" not in e:
             continue
         row = [e["env"].split("/")[-1], e["agent"], f"{e['alpha']:g}", _risk_label(e),
                *e["varying"].values(), "" if e["budget"] is None else str(e["budget"]),
