@@ -244,3 +244,22 @@ def test_two_stage_static_takes_the_risky_goal_after_luck_and_per_decision_the_s
             else:
                 assert summary["per_decision_path"] == "green"
                 assert summary["risk_outcome_green"] >= 0.99, (seed, summary)
+
+
+def test_the_best_threshold_is_the_same_in_passes_of_few_rows(monkeypatch):
+    """Many start states go through the candidates a bounded number of rows at a time."""
+    from rs_lightning.engine import learner
+
+    static = objective("cvar")
+    weights = torch.linspace(-1.0, 1.0, 7)
+
+    def law(obs):  # a law that moves with the state and the threshold feature
+        shift = (obs[..., :2].sum(-1) * 0.3 + obs[..., -1] * 0.2).unsqueeze(-1).unsqueeze(-1)
+        values = torch.stack([weights, weights * 2.0]) + shift
+        return ReturnDistribution(values, torch.full_like(values, 1.0 / 7))
+
+    obs = torch.randn(3, 20, 2, generator=torch.Generator().manual_seed(0))
+    whole = best_thresholds(static, law, obs)
+    monkeypatch.setattr(learner, "CANDIDATE_ROWS_PER_PASS", 100)  # 2 start states a pass
+    assert torch.equal(best_thresholds(static, law, obs), whole) and whole.shape == (3, 20)
+    assert len(set(whole.flatten().tolist())) > 1

@@ -150,6 +150,9 @@ def start_input(static: StaticObjective, obs: Tensor, thresholds: Tensor) -> Ten
                       .to(obs.device)], dim=-1)
 
 
+CANDIDATE_ROWS_PER_PASS = 8192
+
+
 def best_thresholds(static: StaticObjective, return_distribution, obs: Tensor) -> Tensor:
     """The threshold b maximising max_a of the threshold value at an episode's start, for
     each plain observation ``obs[..., D]`` -> ``[...]`` (float64): one forward pass over
@@ -158,6 +161,12 @@ def best_thresholds(static: StaticObjective, return_distribution, obs: Tensor) -
     candidates = static.candidate_thresholds(obs.device)  # [G]
     if candidates.numel() == 1:
         return candidates.expand(obs.shape[:-1]).clone()
+    # A bounded number of rows per pass (an evaluation starts 1,000 episodes at once, and a
+    # UMDQN network evaluates a lattice per row).
+    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // candidates.numel())
+    if obs.shape[-2] > per_pass:
+        return torch.cat([best_thresholds(static, return_distribution, part)
+                          for part in obs.split(per_pass, dim=-2)], dim=-1)
     grid = candidates.expand(*obs.shape[:-1], -1)  # [..., G]
     rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], candidates.numel(), obs.shape[-1])
     augmented = start_input(static, rows, grid)  # [..., G, D + 3]
