@@ -263,3 +263,13 @@ def test_the_best_threshold_is_the_same_in_passes_of_few_rows(monkeypatch):
     monkeypatch.setattr(learner, "CANDIDATE_ROWS_PER_PASS", 100)  # 2 start states a pass
     assert torch.equal(best_thresholds(static, law, obs), whole) and whole.shape == (3, 20)
     assert len(set(whole.flatten().tolist())) > 1
+
+
+def test_the_cliff_walking_heatmap_follows_a_static_policy(compose, tmp_path):
+    """The heat map steps a static run's policy with its (c, gamma^t, b)."""
+    from rs_lightning.gym_results import greedy_visits
+
+    run(compose([*QUICK, "objective=static", "agent=qr_dqn", "env=cliff_walking",
+                 "trainer.max_steps=40", "evaluation.episodes=5"]), run_dir=tmp_path)
+    counts = greedy_visits(tmp_path, episodes=2)
+    assert counts.sum() >= 2
