@@ -273,3 +273,13 @@ def test_the_cliff_walking_heatmap_follows_a_static_policy(compose, tmp_path):
                  "trainer.max_steps=40", "evaluation.episodes=5"]), run_dir=tmp_path)
     counts = greedy_visits(tmp_path, episodes=2)
     assert counts.sum() >= 2
+
+
+@pytest.mark.parametrize("agent", [name for name in DISTRIBUTIONAL
+                                   if AGENTS[name][0].supports_members])
+def test_stacked_members_train_static(compose, tmp_path, agent):
+    """K = 2 stacked members: each member's rows keep their own (c, gamma^t, b)."""
+    result = run(compose([*QUICK, "objective=static", f"agent={agent}", "env=two_stage",
+                          "parallel_seeds=2", "trainer.max_steps=40", "evaluation.episodes=20"]),
+                 run_dir=tmp_path)
+    assert all(math.isfinite(s["mc_static_utility"]) for s in result["members"].values())
