@@ -191,6 +191,19 @@ CASES = [
     Case("empty hidden sizes", ["agent.hidden_sizes=[]"], "agent.hidden_sizes",
          "a non-empty list of positive sizes"),
 
+    # the objective (objective=static)
+    Case("objective unknown", ["objective=nested"], "objective",
+         "must be one of per_decision, static, got 'nested'", cli=True),
+    Case("static objective of DQN", ["objective=static", "agent=dqn"], "objective",
+         "static needs a distributional agent; agent=dqn learns a point value (allowed: "
+         "per_decision)"),
+    Case("static objective risk-conditioned", ["objective=static", "agent=c51",
+                                               "agent.risk_conditioned=true"], "objective",
+         "static does not combine with agent.risk_conditioned=true"),
+    Case("static uniform share above 1", ["static_objective.uniform_share=1.5"],
+         "static_objective.uniform_share", "must be in [0, 1], got 1.5"),
+    Case("static thresholds 1", ["static_objective.thresholds=1"], "static_objective.thresholds",
+         "must be an integer in [2, 4096], got 1"),
     # risk conditioning (agent.risk_conditioned=true)
     Case("risk-conditioned DQN", ["agent=dqn", "agent.risk_conditioned=true"],
          "agent.risk_conditioned", "DQN learns no distribution", cli=True),

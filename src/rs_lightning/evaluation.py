@@ -25,14 +25,21 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
 
+from rs_lightning.engine.behaviour import AccumulatedReturns
+from rs_lightning.engine.experience import learning_reward
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import exact_policy_metrics, greedy_cells, objective_references
+from rs_lightning.ground_truth import (
+    exact_policy_metrics,
+    greedy_cells,
+    objective_references,
+    static_references,
+)
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -68,14 +75,43 @@ def run_episodes(
     policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode).
+    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode)
+    (:func:`play_episodes`)."""
+    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
+    return played.returns, played.outcomes
+
+
+class PlayedEpisodes(NamedTuple):
+    returns: np.ndarray  # undiscounted S per episode
+    outcomes: np.ndarray  # R_s per episode (NaN where the env has none)
+    discounted: np.ndarray | None = None  # objective=static: sum_t gamma^t r_t per episode
+    thresholds: np.ndarray | None = None  # objective=static: each episode's b (learning units)
+
+
+def play_episodes(
+    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
+    progress: bool = False, static_member=None,
+) -> PlayedEpisodes:
+    """Run ``episodes`` episodes of ``policy``.
 
     ``min(episodes, batch_envs)`` env copies (the engine's :mod:`rs_lightning.envs.copies`)
     play them side by side; a copy whose episode ends starts the next one, reset with that
     episode's seed. ``progress`` shows a bar with episodes per second and the running mean
     return and R_s.
+
+    ``static_member`` (a member of an objective=static run): the policy sees each copy's
+    state augmented with (c, gamma^t, b), b the best threshold at the episode's start, and
+    each episode's discounted return and threshold are returned too.
     """
     policy = deduplicated(policy)
+    accumulated = None
+    if static_member is not None:
+        accumulated = AccumulatedReturns(static_member.static, [seed], min(episodes, batch_envs),
+                                         float(env_config.gamma), uniform_share=0.0)
+        best = (lambda grouped: static_member.best_thresholds(
+            torch.from_numpy(grouped[0])).cpu().numpy()[None])
+        discounted, thresholds = np.zeros(episodes), np.zeros(episodes)
+        raw_discount = np.ones(min(episodes, batch_envs))
     bar = _EpisodeProgress(episodes) if progress else None
     seeds = episode_seeds(seed, episodes)
     n = min(episodes, batch_envs)
@@ -86,9 +122,20 @@ def run_episodes(
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
-        actions = policy(torch.from_numpy(copies.obs())).numpy().reshape(-1)
+        obs = copies.obs()
+        if accumulated is not None:
+            accumulated.resolve(obs, best)
+            thresholds[episode_of[active]] = accumulated.threshold[active]
+            obs = accumulated.augment(obs)
+        actions = policy(torch.from_numpy(obs)).numpy().reshape(-1)
         step = copies.step(actions)
         returns[episode_of[active]] += step.reward[active]
+        if accumulated is not None:
+            discounted[episode_of[active]] += (raw_discount * step.reward)[active]
+            raw_discount = np.where(step.ended, 1.0, raw_discount * accumulated.gamma)
+            accumulated.advance(learning_reward(step.reward, getattr(env_config, "reward_scale",
+                                                                     1.0), env_config.reward_clip),
+                                step.ended)
         ended = np.flatnonzero(step.ended & active)
         if ended.size:
             outcome = step.risk_outcome
@@ -109,7 +156,9 @@ def run_episodes(
                 copies.reseed(restart, restart_seeds)
     if bar is not None:
         bar.close()
-    return returns, outcomes
+    if accumulated is None:
+        return PlayedEpisodes(returns, outcomes)
+    return PlayedEpisodes(returns, outcomes, discounted, thresholds)
 
 
 class _EpisodeProgress:
@@ -199,9 +248,39 @@ def evaluate_policy(
     seed: int,
     batch_envs: int = 1000,
     progress: bool = False,
+    static_member=None,
 ) -> dict[str, Any]:
-    returns, outcomes = run_episodes(policy, env_config, episodes, seed, batch_envs, progress)
-    return summarize_returns(returns, outcomes, utility, rho)
+    """Monte Carlo figures of ``policy`` (:func:`summarize_returns`); for a member of an
+    objective=static run (``static_member``) also :func:`static_summary`."""
+    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress,
+                           static_member)
+    summary = summarize_returns(played.returns, played.outcomes, utility, rho)
+    if static_member is not None:
+        summary.update(static_summary(played.discounted, played.thresholds, utility, seed))
+    return summary
+
+
+# Bootstrap resamples behind the standard error of a Monte Carlo utility.
+BOOTSTRAP_RESAMPLES = 200
+
+
+def static_summary(discounted: np.ndarray, thresholds: np.ndarray, utility: Utility,
+                   seed: int) -> dict[str, Any]:
+    """What an objective=static run optimises, by Monte Carlo: ``mc_static_utility``, U of
+    the discounted episode return sum_t gamma^t r_t (environment units), its bootstrap
+    standard error ``mc_static_utility_stderr`` and the mean threshold b the episodes
+    started with (``static_threshold``, learning units)."""
+    values = torch.as_tensor(discounted, dtype=torch.float64)
+    generator = np.random.default_rng([seed, _EVALUATION_STREAM])
+    picks = torch.from_numpy(generator.integers(values.numel(),
+                                                size=(BOOTSTRAP_RESAMPLES, values.numel())))
+    resampled = utility(from_samples(values[picks]))
+    return {
+        "objective": "static",
+        "mc_static_utility": float(utility(from_samples(values))),
+        "mc_static_utility_stderr": float(resampled.std()),
+        "static_threshold": float(np.mean(thresholds)),
+    }
 
 
 def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
@@ -213,6 +292,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     references of the per-decision and static objectives (``objective_references``).
     """
     train = settings.train
+    static = getattr(module, "static", None) is not None
     summary = evaluate_policy(
         module.greedy,
         train.env,
@@ -222,14 +302,24 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         seed=train.seed,
         batch_envs=train.evaluation.batch_envs,
         progress=train.callbacks.progress_bar,
+        static_member=module if static else None,
     )
-    summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility, train.rho) or {})
-    summary.update(objective_references(module.greedy, train.env, settings.utility) or {})
+    if static:
+        # A static policy depends on (c, gamma^t, b), not on the cell alone: the exact
+        # machinery evaluates cell-Markov policies, so only the references are exact here.
+        references = static_references(train.env, settings.utility) or {}
+        summary.update(references)
+        if "static_optimum" in references:
+            summary["mc_static_gap"] = references["static_optimum"] - summary["mc_static_utility"]
+    else:
+        summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility,
+                                            train.rho) or {})
+        summary.update(objective_references(module.greedy, train.env, settings.utility) or {})
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,
     )
-    if train.env.grid_size:
+    if train.env.grid_size and not static:
         table = grid_policy_table(module.greedy, train.env.grid_size)
         write_json_atomic(Path(run_dir) / "policy.json", table)
     # Last: a complete eval.json marks a finished run (rs_lightning.jobs skips it).

@@ -107,16 +107,15 @@ def objective_references(
     gamma = float(env_config.gamma)
     own = static_utility(model, cells, utility, gamma=gamma)
     references: dict[str, Any] = {"exact_static_utility": own}
-    if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
+    others = static_references(env_config, utility)
+    if not others:
         return references
-    best = static_optimum(model, utility, gamma=gamma)
-    fixed_point = per_decision_fixed_point(model, utility, gamma=gamma)
     references.update(
-        static_optimum=best.utility,
-        static_optimum_path=best.path,
-        static_gap=max(best.utility - own, 0.0),
-        per_decision_path=fixed_point.path,
-        per_decision_static_utility=fixed_point.discounted.utility,
+        static_optimum=others["static_optimum"],
+        static_optimum_path=others["static_optimum_path"],
+        static_gap=max(others["static_optimum"] - own, 0.0),
+        per_decision_path=others["per_decision_path"],
+        per_decision_static_utility=others["per_decision_static_utility"],
     )
     return references
 
@@ -159,6 +158,24 @@ def _tabular_model(env_config) -> Optional[tabular_references.TabularModel]:
         if env is not None:
             env.close()
     return _TABULAR_MODELS[key]
+
+
+def static_references(env_config, utility: Utility) -> Optional[dict[str, Any]]:
+    """The references of :func:`objective_references` that depend on no learned policy
+    (``static_optimum``, ``static_optimum_path``, ``per_decision_path``,
+    ``per_decision_static_utility``), or None off the grid worlds and for a measure without
+    a closed form on a Gaussian mixture."""
+    if not env_config.grid_size:
+        return None
+    if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
+        return None
+    model = _grid_world(env_config)
+    gamma = float(env_config.gamma)
+    best = static_optimum(model, utility, gamma=gamma)
+    fixed_point = per_decision_fixed_point(model, utility, gamma=gamma)
+    return {"static_optimum": best.utility, "static_optimum_path": best.path,
+            "per_decision_path": fixed_point.path,
+            "per_decision_static_utility": fixed_point.discounted.utility}
 
 
 def _grid_world(env_config):

@@ -113,11 +113,14 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
     ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far, the periodic
     evaluations left out (the run's :class:`~rs_lightning.engine.learner.TrainingClock`),
     recorded as ``train_seconds``."""
+    static = getattr(module, "static", None) is not None
     summary = evaluate_policy(
         module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
+        static_member=module if static else None,
     )
-    summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
-    summary.update(start_state_distances(module, env_config) or {})
+    if not static:  # the exact laws are those of cell-Markov policies (evaluation.py)
+        summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
+        summary.update(start_state_distances(module, env_config) or {})
     metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
     metrics["eval/env_steps"] = float(env_steps)
     if history_path is not None:

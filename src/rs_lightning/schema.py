@@ -23,6 +23,8 @@ from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import RISK_MEASURES, Utility, declared_parameter
 from rs_lightning.risk.conditioning import RiskConditioning
+from rs_lightning.risk.static import N_FEATURES as N_STATIC_FEATURES
+from rs_lightning.risk.static import OBJECTIVES, StaticObjective
 from rs_lightning.types import Problem
 
 register_resolvers()  # the rs.* interpolations of conf/ (derived defaults)
@@ -343,6 +345,20 @@ class LimitsSection:
 
 
 @dataclass
+class StaticObjectiveSection:
+    """The thresholds of ``objective=static`` (README, "Per-decision and static objectives")."""
+
+    uniform_share: float = 0.5  # training episodes whose threshold is drawn uniformly
+    thresholds: int = 49  # candidate thresholds searched at an episode's start
+
+    def check(self) -> None:
+        _require(0.0 <= self.uniform_share <= 1.0, "static_objective.uniform_share", "in [0, 1]",
+                 self.uniform_share)
+        _require(2 <= self.thresholds <= 4096, "static_objective.thresholds",
+                 "an integer in [2, 4096]", self.thresholds)
+
+
+@dataclass
 class TrainConfig:
     seed: int = MISSING
     parallel_seeds: int = MISSING  # seeds seed .. seed + K - 1 side by side in one process
@@ -365,6 +381,10 @@ class TrainConfig:
     # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
     # conf/train.yaml, this default only fills runs recorded before the key existed).
     risk_conditioning: Dict[str, Any] = field(default_factory=dict)
+    # What the agent optimises (rs_lightning.risk.static); the values live in conf/train.yaml,
+    # these defaults only fill runs recorded before the keys existed.
+    objective: str = "per_decision"
+    static_objective: StaticObjectiveSection = field(default_factory=StaticObjectiveSection)
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)
@@ -393,6 +413,8 @@ class TrainConfig:
                  f"= {SEED_LIMIT}, NumPy's range", self.seed)
 
         self.search_objective.check(grid_world=bool(self.env.grid_size))
+        _one_of("objective", self.objective, OBJECTIVES)
+        self.static_objective.check()
 
 
 @dataclass
@@ -403,10 +425,13 @@ class ValidatedConfig:
     agent: AgentConfig
     utility: Utility
     conditioning: Optional[RiskConditioning] = None  # agent.risk_conditioned runs only
+    static: Optional[StaticObjective] = None  # objective=static runs only
 
     def agent_problem(self, problem: Problem) -> Problem:
         """The problem as the agent sees it: a risk-conditioned network also takes the
-        setting's features after the observation."""
+        setting's features after the observation, an objective=static one (c, gamma^t, b)."""
+        if self.static is not None:
+            return dataclasses.replace(problem, obs_dim=problem.obs_dim + N_STATIC_FEATURES)
         if self.conditioning is None:
             return problem
         return dataclasses.replace(problem,
@@ -532,4 +557,16 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     conditioning = None
     if agent.risk_conditioned:
         conditioning = conditioning_from(train.risk_conditioning, utility)
-    return ValidatedConfig(train=train, agent=agent, utility=utility, conditioning=conditioning)
+    static = None
+    if train.objective == "static":
+        if not AGENTS[agent.name][0].distributional:
+            raise ConfigError("objective", f"static needs a distributional agent; agent="
+                              f"{agent.name} learns a point value (allowed: per_decision)")
+        if conditioning is not None:
+            raise ConfigError("objective", "static does not combine with "
+                              "agent.risk_conditioned=true (allowed: per_decision)")
+        section = train.static_objective
+        static = StaticObjective(utility, train.env.return_min, train.env.return_max,
+                                 section.uniform_share, section.thresholds)
+    return ValidatedConfig(train=train, agent=agent, utility=utility, conditioning=conditioning,
+                           static=static)

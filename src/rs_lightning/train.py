@@ -232,7 +232,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
                     torch.save(member_checkpoint(saved, module, datamodule, k), f)
             policy = module.member(k)
             summary = evaluate_run(policy, member, folder, steps=steps, env_steps=env_steps)
-            if member.train.env.grid_size:  # policy.json as arrows on the grid
+            if (folder / "policy.json").is_file():  # grid worlds: arrows on the grid
                 plot_policy(json.loads((folder / "policy.json").read_text()),
                             member.train.env.id, folder / "policy.png")
             _log_run_media(loggers[k], summary, policy, member, folder, steps, env_steps)

@@ -91,6 +91,8 @@ class Agent(nn.Module, ABC):
 
     # Whether the agent's code runs K stacked members at once (module docstring).
     supports_members: bool = False
+    # Whether Z is a law and not a point (DQN's Dirac): objective=static needs one.
+    distributional: bool = True
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()

@@ -43,6 +43,7 @@ class DQNConfig(AgentConfig):
 class DQN(Agent):
     config: DQNConfig
     supports_members = True
+    distributional = False
 
     def __init__(self, config: DQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)

@@ -93,6 +93,7 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         n_step=train.learning.n_step,
         updates_per_step=train.learning.updates_per_step,
         conditioning=settings.conditioning,
+        static=settings.static,
     )
     module = QLearning(
         build_members(settings, datamodule.problem, seeds),
@@ -103,8 +104,10 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         member_loggers=member_loggers,
         fault_injection=train.fault_injection,
         conditioning=settings.conditioning,
+        static=settings.static,
     )
-    datamodule.attach_policy(module.explore)
+    datamodule.attach_policy(module.explore,
+                             None if settings.static is None else module.start_thresholds)
     if train.hardware.compile:
         compile_members(module.agent)
     return datamodule, module

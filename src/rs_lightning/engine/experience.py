@@ -30,10 +30,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import IterableDataset
 
-from rs_lightning.engine.behaviour import EpisodeSettings
+from rs_lightning.engine.behaviour import AccumulatedReturns, EpisodeSettings
 from rs_lightning.envs.copies import EnvCopies, make_copies
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.replay import NStepReturns, ReplayMemory, update_ratio
+from rs_lightning.risk.static import N_FEATURES as N_STATIC_FEATURES
 from rs_lightning.types import Transitions
 
 # (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays);
@@ -81,9 +82,14 @@ class Collector:
     def __init__(self, copies: EnvCopies, replay: ReplayMemory, members: int, copies_per_member: int,
                  reward_scale: float, reward_clip: float | None, gamma: float, n_step: int = 1,
                  updates_per_step: Fraction = Fraction(1),
-                 settings: EpisodeSettings | None = None) -> None:
+                 settings: EpisodeSettings | None = None,
+                 accumulated: AccumulatedReturns | None = None) -> None:
         self.copies = copies
         self.settings = settings  # the copies' risk settings (risk-conditioned runs)
+        # objective=static: the copies' (c, gamma^t, b), appended to what is stored and seen;
+        # ``best_thresholds`` (the module's) picks an episode's threshold at its start.
+        self.accumulated = accumulated
+        self.best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None
         self.replay = replay
         self.members = members
         self.copies_per_member = copies_per_member
@@ -106,6 +112,9 @@ class Collector:
         """One step of every copy; returns the transitions each member collected (N)."""
         shape = (self.members, self.copies_per_member)
         obs = self.copies.obs()
+        if self.accumulated is not None:
+            self.accumulated.resolve(obs, self.best_thresholds)
+            obs = self.accumulated.augment(obs)
         grouped = obs.reshape(*shape, *obs.shape[1:])
         if self.settings is None:
             actions = policy(grouped, self.env_steps)
@@ -113,14 +122,18 @@ class Collector:
             actions = policy(grouped, self.env_steps, self.settings)
         step = self.copies.step(actions.reshape(-1))
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
+        next_obs = step.next_obs
+        if self.accumulated is not None:
+            next_obs = np.concatenate(
+                [next_obs, self.accumulated.advance(learnt, step.ended)], axis=-1)
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
         if self.window is None:
             self.replay.add(grouped, actions, learnt.reshape(shape),
-                            step.next_obs.reshape(*shape, *obs.shape[1:]),
+                            next_obs.reshape(*shape, *obs.shape[1:]),
                             step.terminated.reshape(shape),
                             np.where(step.terminated, 0.0, self.gamma).reshape(shape))
         else:
-            leaving = self.window.push(obs, actions.reshape(-1), learnt, step.next_obs,
+            leaving = self.window.push(obs, actions.reshape(-1), learnt, next_obs,
                                        step.terminated, step.ended)
             if leaving is not None:
                 self.replay.add(*(field.reshape(*shape, *field.shape[1:]) for field in leaving))
@@ -157,6 +170,8 @@ class Collector:
         chosen = list(range(self.members)) if members is None else list(members)
         copies = self.member_copies(chosen)
         settings = {} if self.settings is None else {"settings": self.settings.state_dict(chosen)}
+        if self.accumulated is not None:
+            settings["accumulated"] = self.accumulated.state_dict(chosen)
         return {
             **settings,
             "members": len(chosen),
@@ -197,10 +212,16 @@ class Collector:
             self.window.load_state_dict(state["n_step_window"])
         if self.settings is not None:
             self.settings.load_state_dict(state["settings"])
+        if self.accumulated is not None:
+            self.accumulated.load_state_dict(state["accumulated"])
         if restarted:  # the episodes in progress restarted: as if cut by a time limit
             self.episode_returns[:] = 0.0
+            reached = state["copies"]["obs"].numpy()
+            if self.accumulated is not None:
+                reached = np.concatenate([reached, self.accumulated.features()], axis=-1)
+                self.accumulated.restart(slice(None))
             if self.window is not None:
-                self.window.truncate(state["copies"]["obs"].numpy())
+                self.window.truncate(reached)
 
 
 class ExperienceStream(IterableDataset):
@@ -250,7 +271,7 @@ class ExperienceDataModule(pl.LightningDataModule):
 
     def __init__(self, env_config, batch_size: int, replay_capacity: int, warmup_steps: int,
                  seeds: list[int], n_step: int = 1, updates_per_step: float = 1.0,
-                 conditioning=None) -> None:
+                 conditioning=None, static=None) -> None:
         super().__init__()
         self.env_config = env_config
         self.batch_size = batch_size
@@ -260,11 +281,15 @@ class ExperienceDataModule(pl.LightningDataModule):
         self.updates_per_step = update_ratio(updates_per_step)
         self.seeds = list(seeds)
         self.conditioning = conditioning  # RiskConditioning of a risk-conditioned run, or None
+        self.static = static  # StaticObjective of an objective=static run, or None
+        self.best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None
         self.copies_per_member = int(getattr(env_config, "num_envs", 1))
         self.collector: Collector | None = None
         self.policy: Policy | None = None
         self.problem = env_problem(env_config)
-        self.obs_shape = (self.problem.obs_dim,)
+        # objective=static: the replay holds the augmented states (exact next-state features).
+        extra = 0 if static is None else N_STATIC_FEATURES
+        self.obs_shape = (self.problem.obs_dim + extra,)
 
     def setup(self, stage: str | None = None) -> None:
         if self.collector is not None:  # called by the user before fit, then by Lightning
@@ -276,18 +301,27 @@ class ExperienceDataModule(pl.LightningDataModule):
         settings = None
         if self.conditioning is not None and self.conditioning.acting == "episode":
             settings = EpisodeSettings(self.conditioning, self.seeds, n)
+        accumulated = None
+        if self.static is not None:
+            accumulated = AccumulatedReturns(self.static, self.seeds, n, self.problem.gamma)
         self.collector = Collector(copies, replay, len(self.seeds), n,
                                    getattr(self.env_config, "reward_scale", 1.0),
                                    self.env_config.reward_clip, self.problem.gamma, self.n_step,
-                                   self.updates_per_step, settings)
+                                   self.updates_per_step, settings, accumulated)
+        self.collector.best_thresholds = self.best_thresholds
 
     @property
     def env_steps(self) -> int:
         return self.collector.env_steps if self.collector is not None else 0
 
-    def attach_policy(self, policy: Policy) -> None:
-        """The policy that chooses the actions (the module's epsilon-greedy on the utility)."""
+    def attach_policy(self, policy: Policy,
+                      best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """The policy that chooses the actions (the module's epsilon-greedy on the utility)
+        and, for objective=static, the module's choice of an episode's threshold."""
         self.policy = policy
+        self.best_thresholds = best_thresholds
+        if self.collector is not None:
+            self.collector.best_thresholds = best_thresholds
 
     def train_dataloader(self) -> ExperienceStream:
         if self.policy is None:

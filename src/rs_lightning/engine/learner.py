@@ -31,8 +31,9 @@ from rs_lightning.engine.behaviour import (
 )
 from rs_lightning.engine.experience import ExperienceBatch
 from rs_lightning.errors import NumericalFault
-from rs_lightning.risk import Utility
+from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.risk.conditioning import RiskConditioning, widen
+from rs_lightning.risk.static import StaticObjective
 
 log = logging.getLogger("rs_lightning")
 
@@ -77,6 +78,7 @@ class MemberPolicy:
     utility: Utility
     device: torch.device
     conditioning: RiskConditioning | None = None
+    static: StaticObjective | None = None  # objective=static
 
     @property
     def n_actions(self) -> int:
@@ -84,8 +86,14 @@ class MemberPolicy:
 
     def network_input(self, obs: Tensor) -> Tensor:
         """The observations as the network takes them: with the setting's features appended
-        for a risk-conditioned member."""
+        for a risk-conditioned member; for objective=static, plain observations get those of
+        an episode's start there (c = 0, gamma^0 = 1, the best threshold), augmented ones
+        pass as they are."""
         obs = obs.to(self.device, torch.float32)
+        if self.static is not None:
+            if obs.shape[-1] == self.agent.problem.obs_dim:
+                return obs
+            return start_input(self.static, obs, self.best_thresholds(obs))
         if self.conditioning is None:
             return obs
         setting = torch.tensor([self.utility.alpha], device=self.device)
@@ -95,8 +103,19 @@ class MemberPolicy:
 
     @torch.no_grad()
     def greedy(self, obs: Tensor) -> Tensor:
-        """The greedy policy on the utility for a batch of observations ``[B, ...]``."""
-        return self.agent.greedy_action(self.network_input(obs), self.utility.greedy)
+        """The greedy policy on the utility for a batch of observations ``[B, ...]``
+        (objective=static: the static rule at each row's (c, gamma^t, b))."""
+        obs = self.network_input(obs)
+        if self.static is not None:
+            return self.agent.greedy_action(obs, self.static.choose_action_at(obs))
+        return self.agent.greedy_action(obs, self.utility.greedy)
+
+    @torch.no_grad()
+    def best_thresholds(self, obs: Tensor) -> Tensor:
+        """objective=static: the best threshold of an episode starting at each plain
+        observation of ``obs[B, D]`` -> ``[B]`` (float64)."""
+        obs = obs.to(self.device, torch.float32)
+        return best_thresholds(self.static, lambda x: self.agent.return_distribution(x), obs)
 
     @torch.no_grad()
     def return_distribution(self, obs: Tensor):
@@ -115,9 +134,47 @@ class MemberPolicy:
                 raise ValueError(f"risk={self.utility.risk} has no parameter to set")
             params[names[0]] = float(parameter)
         utility = Utility(float(alpha), self.utility.risk, params)
+        if self.static is not None:
+            raise ValueError("a run of objective=static is evaluated at its own setting only "
+                             "(its network learned the laws of its own rule)")
         if self.conditioning is not None:
             self.conditioning.check_setting(utility.alpha, params[self.conditioning.parameter])
         return MemberPolicy(self.agent, utility, self.device, self.conditioning)
+
+
+def start_input(static: StaticObjective, obs: Tensor, thresholds: Tensor) -> Tensor:
+    """Plain observations ``obs[..., D]`` as an episode's start with thresholds ``[...]``:
+    ``[..., D + 3]``."""
+    zeros = torch.zeros_like(thresholds)
+    return torch.cat([obs, static.features(zeros, torch.ones_like(zeros), thresholds)
+                      .to(obs.device)], dim=-1)
+
+
+CANDIDATE_ROWS_PER_PASS = 8192
+
+
+def best_thresholds(static: StaticObjective, return_distribution, obs: Tensor) -> Tensor:
+    """The threshold b maximising max_a of the threshold value at an episode's start, for
+    each plain observation ``obs[..., D]`` -> ``[...]`` (float64): one forward pass over
+    every candidate (:meth:`StaticObjective.candidate_thresholds`).
+    ``return_distribution`` maps augmented observations ``[..., D + 3]`` to Z."""
+    candidates = static.candidate_thresholds(obs.device)  # [G]
+    if candidates.numel() == 1:
+        return candidates.expand(obs.shape[:-1]).clone()
+    # A bounded number of rows per pass (an evaluation starts 1,000 episodes at once, and a
+    # UMDQN network evaluates a lattice per row).
+    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // candidates.numel())
+    if obs.shape[-2] > per_pass:
+        return torch.cat([best_thresholds(static, return_distribution, part)
+                          for part in obs.split(per_pass, dim=-2)], dim=-1)
+    grid = candidates.expand(*obs.shape[:-1], -1)  # [..., G]
+    rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], candidates.numel(), obs.shape[-1])
+    augmented = start_input(static, rows, grid)  # [..., G, D + 3]
+    # The networks take one batch dimension (after the members'): rows and candidates as one.
+    flat = return_distribution(augmented.reshape(*obs.shape[:-2], -1, augmented.shape[-1]))
+    dist = ReturnDistribution(*(x.reshape(*grid.shape, *x.shape[-2:]) for x in flat))
+    value = static.threshold_values(dist, grid).amax(-1)  # [..., G]
+    return candidates[value.argmax(-1)]
 
 
 def make_optimizer(members: Members, learning) -> torch.optim.Optimizer:
@@ -160,7 +217,8 @@ class QLearning(pl.LightningModule):
 
     def __init__(self, members: Members, utility: Utility, learning, seeds: list[int],
                  log_every_n_steps: int = 100, member_loggers: list[list] | None = None,
-                 fault_injection=None, conditioning: RiskConditioning | None = None) -> None:
+                 fault_injection=None, conditioning: RiskConditioning | None = None,
+                 static: StaticObjective | None = None) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
         self.agent = members
@@ -174,6 +232,8 @@ class QLearning(pl.LightningModule):
         self.behaviour = EpsilonGreedy(self.seeds, self.n_actions, learning)
         # Risk-conditioned: each replayed transition's setting, from member k's generator.
         self.conditioning = conditioning
+        # objective=static: observations carry (c, gamma^t, b); the static rule acts.
+        self.static = static
         self.setting_generators = [
             np.random.default_rng([seed, LEARNING_SETTINGS_STREAM]) for seed in self.seeds
         ] if conditioning is not None else []
@@ -209,6 +269,8 @@ class QLearning(pl.LightningModule):
                 settings: EpisodeSettings | None = None) -> np.ndarray:
         """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``; a
         risk-conditioned run acts at the copies' ``settings`` (None: the run's own)."""
+        if self.static is not None:
+            return self.behaviour(obs, env_step, self._greedy_static)
         if self.conditioning is None:
             return self.behaviour(obs, env_step, self._greedy_members)
         return self.behaviour(obs, env_step, lambda o: self._greedy_conditioned(o, settings))
@@ -218,6 +280,17 @@ class QLearning(pl.LightningModule):
         if self._on_gpu:
             return self.agent.greedy_action(obs_t.to(self.device), self.utility.greedy).cpu().numpy()
         return self.agent.greedy_action(obs_t, self.utility.greedy).numpy()
+
+    def _greedy_static(self, obs: np.ndarray) -> np.ndarray:
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
+        return self.agent.greedy_action(obs_t, self.static.choose_action_at(obs_t)).cpu().numpy()
+
+    @torch.no_grad()
+    def start_thresholds(self, obs: np.ndarray) -> np.ndarray:
+        """objective=static: each member's best threshold for an episode starting at the
+        plain observations ``obs[K, N, D]`` -> ``[K, N]`` (one forward pass)."""
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
+        return best_thresholds(self.static, self.agent.return_distribution, obs_t).cpu().numpy()
 
     def _greedy_conditioned(self, obs: np.ndarray, settings: EpisodeSettings | None
                             ) -> np.ndarray:
@@ -250,7 +323,7 @@ class QLearning(pl.LightningModule):
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the utility (evaluation)."""
         return MemberPolicy(self.agent.member_agent(k), self.utility, self.device,
-                            self.conditioning)
+                            self.conditioning, self.static)
 
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
@@ -278,6 +351,8 @@ class QLearning(pl.LightningModule):
         optimizer = self.optimizers()
         update = self.global_step + 1  # the number of the update this step makes
         choose_action = self.utility.greedy
+        if self.static is not None:  # each target action by its next state's (c, gamma^t, b)
+            choose_action = self.static.choose_action_at(transitions.next_obs)
         if self.conditioning is not None:
             transitions, choose_action = self.conditioned_batch(transitions)
         losses, agent_metrics = self.agent.loss(transitions, self.target_agent, choose_action)

@@ -1,0 +1,185 @@
+"""The static objective: a risk measure of the whole episode's discounted return.
+
+The paper's agents act per decision: at every state the action maximising U[Z(s, a)] of the
+return from that state on. The static objective is U[S] of the whole episode's discounted
+return S = sum_t gamma^t r_t. It becomes Markov on the augmented state (s, c, gamma^t, b)
+(Baeuerle & Ott 2011; Lim & Malik, NeurIPS 2022): c the discounted return accumulated so far,
+gamma^t the discount reached and b a threshold fixed for the episode, so that from x on
+S = c + gamma^t Z(x, a). Everything here is in the units Z is learned in (rewards after
+``env.reward_scale`` and ``env.reward_clip``).
+
+The action rule at an augmented state, per measure of U = alpha E + (1 - alpha) R_rho:
+
+- ``cvar``: CVaR_rho(S) = max_b b - E[(b - S)^+] / rho (Rockafellar & Uryasev), so
+  U(S) = max_b E[h_b(S)], h_b(s) = alpha s + (1 - alpha)(b - (b - s)^+ / rho), and for a
+  fixed b the argmax of E[h_b(c + gamma^t Z)] over actions is argmax E[alpha Z - (1 - alpha)
+  (b~ - Z)^+ / rho], b~ = (b - c) / gamma^t: exact in the augmented MDP.
+- ``var``: VaR has no such expected-utility form. The rule is the shortfall-probability one,
+  E[alpha S] - (1 - alpha) W P(S < b) / rho with W = return_max - return_min, i.e.
+  argmax alpha E[Z] - (1 - alpha) (W / gamma^t) P(Z < b~) / rho: nearly lexicographic (keep
+  the chance of ending below b small, then the expectation), an approximation of the static
+  VaR objective.
+- ``expectation`` (and alpha = 1 for any measure): the static rule is the per-decision one.
+- every other measure (wang, power, cpw, entropic, mean_variance): the literal U applied to the
+  shifted, scaled law c + gamma^t Z(x, a). For a distortion (translation-equivariant and
+  positively homogeneous: wang, power, cpw) that choice equals the per-decision one at every
+  (c, gamma^t); for entropic and mean_variance it changes with c and t.
+
+The threshold of an episode: at its start x0 = (s0, 0, 1, b) the b of a grid over the support
+maximising max_a of the threshold value (the rule's quantity with the b terms it drops:
+cvar: alpha E[Z] + (1 - alpha)(b - E[(b - Z)^+] / rho); var: alpha E[Z] + (1 - alpha)(b -
+W (P(Z < b) - rho)^+ / rho)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rs_lightning.risk.distribution import ReturnDistribution
+from rs_lightning.risk.measures import Utility, expectation
+
+OBJECTIVES = ("per_decision", "static")
+THRESHOLD_MEASURES = ("cvar", "var")  # measures with a threshold (dual) form
+N_FEATURES = 3  # c, gamma^t, b
+
+
+@dataclass(frozen=True)
+class StaticObjective:
+    """The static objective of a run: the utility, the return support [``return_min``,
+    ``return_max``] (learning units), the share of training episodes whose threshold is drawn
+    uniformly over the support (``uniform_share``; the others use the best one) and the
+    number of candidate thresholds searched (``thresholds``)."""
+
+    utility: Utility
+    return_min: float
+    return_max: float
+    uniform_share: float = 0.5
+    thresholds: int = 49
+
+    @property
+    def width(self) -> float:
+        return self.return_max - self.return_min
+
+    @property
+    def has_threshold(self) -> bool:
+        """Whether the rule depends on a threshold b (var, cvar with alpha < 1)."""
+        return self.utility.risk in THRESHOLD_MEASURES and self.utility.alpha < 1.0
+
+    # ------------------------------------------------------------- the network's input
+    def features(self, accumulated: Tensor, discount: Tensor, threshold: Tensor) -> Tensor:
+        """The augmented input ``[..., 3]`` (float32): c and b divided by the support's
+        width, gamma^t as it is (one place for the scaling; :meth:`decode` inverts it)."""
+        return torch.stack([accumulated / self.width, discount, threshold / self.width],
+                           dim=-1).to(torch.float32)
+
+    def decode(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(c, gamma^t, b) of augmented observations ``obs[..., D + 3]``."""
+        tail = obs[..., -N_FEATURES:].double()
+        return tail[..., 0] * self.width, tail[..., 1], tail[..., 2] * self.width
+
+    def candidate_thresholds(self, device=None) -> Tensor:
+        """The grid of thresholds searched at an episode's start ``[G]`` (float64)."""
+        if not self.has_threshold:
+            return torch.zeros(1, dtype=torch.float64, device=device)
+        return torch.linspace(self.return_min, self.return_max, self.thresholds,
+                              dtype=torch.float64, device=device)
+
+    # ------------------------------------------------------------------ the rules
+    def scores(self, dist: ReturnDistribution, accumulated: Tensor, discount: Tensor,
+               threshold: Tensor) -> Tensor:
+        """The rule's score of each action: ``dist[..., A, K]`` with one (c, gamma^t, b) per
+        row ``[...]`` -> ``[..., A]`` (module docstring)."""
+        return static_scores(dist, self.utility, accumulated, discount, threshold, self.width)
+
+    def threshold_values(self, dist: ReturnDistribution, threshold: Tensor) -> Tensor:
+        """The value of threshold b at an episode's start (c = 0, gamma^0 = 1), action by
+        action: ``dist[..., A, K]``, ``threshold[...]`` -> ``[..., A]``."""
+        return threshold_value(dist, self.utility, threshold, self.width)
+
+    def choose_action(self, accumulated: Tensor, discount: Tensor, threshold: Tensor
+                      ) -> StaticArgmax:
+        return StaticArgmax(self, accumulated, discount, threshold)
+
+    def choose_action_at(self, obs: Tensor) -> StaticArgmax:
+        """The rule for augmented observations ``obs[..., D + 3]`` (their own c, gamma^t, b)."""
+        return self.choose_action(*self.decode(obs))
+
+
+def _shifted(dist: ReturnDistribution, accumulated: Tensor, discount: Tensor
+             ) -> ReturnDistribution:
+    """The law of c + gamma^t Z, one (c, gamma^t) per row of ``dist[..., A, K]``."""
+    c = accumulated.to(dist.values.dtype)[..., None, None]
+    g = discount.to(dist.values.dtype)[..., None, None]
+    return ReturnDistribution(c + g * dist.values, dist.probs)
+
+
+def _rho(utility: Utility) -> float:
+    return float(utility.params["rho"])
+
+
+def static_scores(dist: ReturnDistribution, utility: Utility, accumulated: Tensor,
+                  discount: Tensor, threshold: Tensor, width: float) -> Tensor:
+    """argmax over the last dimension of the result is the static rule (module docstring):
+    ``dist[..., A, K]`` and per-row ``accumulated``, ``discount``, ``threshold`` ``[...]``."""
+    if utility.alpha == 1.0 or utility.risk == "expectation":
+        return expectation(dist)
+    if utility.risk in THRESHOLD_MEASURES:
+        dtype = dist.values.dtype
+        g = discount.to(dtype)
+        level = ((threshold.to(dtype) - accumulated.to(dtype)) / g)[..., None, None]  # b~
+        mean = expectation(dist)
+        rho = _rho(utility)
+        if utility.risk == "cvar":
+            shortfall = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1)
+            penalty = shortfall / rho
+        else:
+            below = (dist.probs * (dist.values < level)).sum(-1)
+            penalty = (width / g)[..., None] * below / rho
+        return utility.alpha * mean - (1.0 - utility.alpha) * penalty
+    return utility(_shifted(dist, accumulated, discount))
+
+
+def threshold_value(dist: ReturnDistribution, utility: Utility, threshold: Tensor,
+                    width: float) -> Tensor:
+    """The start's value of threshold b for each action (module docstring); for a measure
+    without a threshold form, U[Z] (b plays no part)."""
+    if utility.risk not in THRESHOLD_MEASURES or utility.alpha == 1.0:
+        return utility(dist)
+    b = threshold.to(dist.values.dtype)
+    level = b[..., None, None]
+    mean = expectation(dist)
+    rho = _rho(utility)
+    if utility.risk == "cvar":
+        shortfall = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1)
+        risk = b[..., None] - shortfall / rho
+    else:
+        below = (dist.probs * (dist.values < level)).sum(-1)
+        risk = b[..., None] - width * (below - rho).clamp(min=0.0) / rho
+    return utility.alpha * mean + (1.0 - utility.alpha) * risk
+
+
+@dataclass(frozen=True)
+class StaticArgmax:
+    """The static rule as an agent's ``choose_action``: a ``[..., B, A, K]`` distribution
+    -> actions ``[..., B]``, each row at its own (c, gamma^t, b) (``[..., B]`` each).
+    ``utility`` is None: an agent's own route to a utility (IQN's native one) evaluates U of
+    Z, not this rule, so the common route is taken."""
+
+    objective: StaticObjective
+    accumulated: Tensor
+    discount: Tensor
+    threshold: Tensor
+
+    utility = None
+
+    def __call__(self, dist: ReturnDistribution) -> Tensor:
+        return self.objective.scores(dist, self.accumulated, self.discount,
+                                     self.threshold).argmax(-1)
+
+    def select(self, index) -> StaticArgmax:
+        """The rule for the rows ``index`` (a member of ``[K, B]``, or some transitions)."""
+        return StaticArgmax(self.objective, self.accumulated[index], self.discount[index],
+                            self.threshold[index])
