@@ -261,3 +261,18 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
     shown = dict(zip(table_columns(table, "exact"), cells))
     assert shown["static U"] == f"{summary['exact_static_utility']:.3f}"
     assert shown["E[S]"] == "" and shown["static optimum"] == ""
+
+
+def test_a_static_run_gets_the_references_that_need_no_policy(compose):
+    """A static policy is not one of the states alone: its eval.json gets the per-decision
+    fixed point and the static optimum, the same numbers a per-decision run gets."""
+    from rs_lightning.ground_truth import static_references
+    from rs_lightning.schema import validate
+
+    settings = validate(compose(["env=cliff_walking", "risk=cvar", "agent=c51",
+                                 "objective=static"]))
+    out = static_references(settings.train.env, settings.utility)
+    assert set(out) == {"per_decision_path", "per_decision_static_utility", "static_optimum"}
+    assert lane_rows(out["per_decision_path"]) == {1}
+    assert out["static_optimum"] == pytest.approx(-15.905, abs=0.02)
+    assert out["static_optimum"] >= out["per_decision_static_utility"]

@@ -163,10 +163,14 @@ def _tabular_model(env_config) -> Optional[tabular_references.TabularModel]:
 def static_references(env_config, utility: Utility) -> Optional[dict[str, Any]]:
     """The references of :func:`objective_references` that depend on no learned policy
     (``static_optimum``, ``static_optimum_path``, ``per_decision_path``,
-    ``per_decision_static_utility``), or None off the grid worlds and for a measure without
-    a closed form on a Gaussian mixture."""
+    ``per_decision_static_utility``; on a small tabular environment those of
+    ``tabular_references.policy_free_references``), or None elsewhere and for a measure
+    without a closed form on a Gaussian mixture."""
     if not env_config.grid_size:
-        return None
+        if float(env_config.gamma) >= 1.0 or (model := _tabular_model(env_config)) is None:
+            return None
+        return tabular_references.policy_free_references(model, utility,
+                                                         float(env_config.gamma)) or None
     if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
         return None
     model = _grid_world(env_config)

@@ -615,14 +615,27 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     key = _model_key(model)
     own = static_utility(model, np.asarray(policy), utility, gamma, _cached_grid(key, gamma))
     out: dict[str, Any] = {"exact_static_utility": own}
+    out.update(policy_free_references(model, utility, gamma))
+    if "static_optimum" in out:
+        out["static_gap"] = max(out["static_optimum"] - own, 0.0)
+    return out
+
+
+def policy_free_references(model: TabularModel, utility: Utility, gamma: float
+                           ) -> dict[str, Any]:
+    """The references of :func:`references` that need no learned policy (what a static
+    run, whose policy is not one of the states alone, gets): with E, VaR or CVaR
+    ``per_decision_path`` and ``per_decision_static_utility``; with E or CVaR
+    ``static_optimum``."""
     if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
-        return out
+        return {}
+    key = _model_key(model)
     fixed_point = _cached_fixed_point(key, gamma, _utility_key(utility))
-    out.update(per_decision_path=fixed_point.path,
-               per_decision_static_utility=fixed_point.static_utility)
+    out: dict[str, Any] = {"per_decision_path": fixed_point.path,
+                           "per_decision_static_utility": fixed_point.static_utility}
     best = _cached_optimum(key, gamma, _utility_key(utility))
     if best is not None:
-        out.update(static_optimum=best.utility, static_gap=max(best.utility - own, 0.0))
+        out["static_optimum"] = best.utility
     return out
 
 
