@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.agents.networks import NetworkConfig
 from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
@@ -361,6 +362,9 @@ class TrainConfig:
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
     search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
+    # The state torso of every agent (conf/network/; this default, the MLP, only fills runs
+    # recorded before the option existed).
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
     # conf/train.yaml, this default only fills runs recorded before the key existed).
@@ -393,6 +397,16 @@ class TrainConfig:
                  f"= {SEED_LIMIT}, NumPy's range", self.seed)
 
         self.search_objective.check(grid_world=bool(self.env.grid_size))
+        _check_section(self.network.check)
+
+
+def _check_section(check, *args) -> None:
+    """A core config's check (ValueError "key: message") as a ConfigError naming the key."""
+    try:
+        check(*args)
+    except ValueError as error:
+        key, _, message = str(error).partition(": ")
+        raise ConfigError(key if message else "config", message or str(error)) from None
 
 
 @dataclass
@@ -407,6 +421,7 @@ class ValidatedConfig:
     def agent_problem(self, problem: Problem) -> Problem:
         """The problem as the agent sees it: a risk-conditioned network also takes the
         setting's features after the observation."""
+        _check_section(self.train.network.check_problem, problem)
         if self.conditioning is None:
             return problem
         return dataclasses.replace(problem,
@@ -528,6 +543,7 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     check_finite(train)
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
+    agent.network = train.network  # one torso setting for every agent (agents/networks.py)
     utility = utility_from(train.risk, train.alpha)
     conditioning = None
     if agent.risk_conditioned:
