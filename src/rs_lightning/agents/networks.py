@@ -73,12 +73,13 @@ class NetworkConfig:
         if len(problem.obs_shape) not in (2, 3):
             raise ValueError(f"network: cnn reads image observations ([H, W, C], [C, H, W] or "
                              f"[H, W]), and this environment's are flat vectors of "
-                             f"{problem.obs_dim}; use network=mlp")
+                             f"{problem.obs_dim} values; use network=mlp")
         _, height, width = image_chw(problem.obs_shape, self.layout)
         for _ in self.channels:
             height, width = conv_size(height, self), conv_size(width, self)
         if height < 1 or width < 1:
-            raise ValueError(f"network.kernel_size: {len(self.channels)} convolutions of kernel "
+            count = len(self.channels)
+            raise ValueError(f"network.kernel_size: {count} convolution{'s' * (count > 1)} of kernel "
                              f"{self.kernel_size} and stride {self.stride} leave nothing of a "
                              f"{list(problem.obs_shape)} image ({self.layout}); use fewer or "
                              "smaller ones")

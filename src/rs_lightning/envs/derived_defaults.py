@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 from rs_lightning.envs.gym_support import (
     adapt_spaces,
     declared_reward_bounds,
-    register_optional_envs,
     discounted_return_bounds,
+    register_optional_envs,
     scaled_reward_bounds,
     unit_reward_scale,
 )

@@ -6,7 +6,12 @@ import gymnasium as gym
 import numpy as np
 
 import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
-from rs_lightning.envs.gym_support import adapt_spaces, image_shape, register_optional_envs
+from rs_lightning.envs.gym_support import (
+    adapt_spaces,
+    image_shape,
+    observations_fit_bytes,
+    register_optional_envs,
+)
 from rs_lightning.errors import ConfigError
 from rs_lightning.types import Problem
 
@@ -65,6 +70,7 @@ def env_problem(config) -> Problem:
             return_min=config.return_min,
             return_max=config.return_max,
             obs_shape=image_shape(env),
+            obs_uint8=observations_fit_bytes(env),
         )
     finally:
         env.close()

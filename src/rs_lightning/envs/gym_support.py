@@ -108,6 +108,7 @@ class FlatImageObservation(gym.ObservationWrapper):
         super().__init__(env)
         space = env.observation_space
         self.image_shape = tuple(int(n) for n in space.shape)
+        self.whole_bytes = space.dtype in (np.dtype(bool), np.dtype(np.uint8))
         self.observation_space = gym.spaces.Box(
             np.asarray(space.low, dtype=np.float32).reshape(-1),
             np.asarray(space.high, dtype=np.float32).reshape(-1), dtype=np.float32)
@@ -119,11 +120,23 @@ class FlatImageObservation(gym.ObservationWrapper):
 def image_shape(env: gym.Env) -> tuple[int, ...]:
     """The shape of the image an adapted environment's flat observations come from; () when
     they are not an image."""
+    image = _image_wrapper(env)
+    return () if image is None else image.image_shape
+
+
+def observations_fit_bytes(env: gym.Env) -> bool:
+    """Whether every observation of an adapted environment is a whole number in 0..255: a
+    bool or uint8 image that no normalisation rescaled."""
+    image = _image_wrapper(env)
+    return image is not None and image.whole_bytes and env.observation_space == image.observation_space
+
+
+def _image_wrapper(env: gym.Env) -> FlatImageObservation | None:
     while isinstance(env, gym.Wrapper):
         if isinstance(env, FlatImageObservation):
-            return env.image_shape
+            return env
         env = env.env
-    return ()
+    return None
 
 
 class ShiftedActions(gym.ActionWrapper):
