@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, List, Optional, Protocol
+from typing import Any, List, Protocol
 
 import torch
 from omegaconf import MISSING
@@ -73,7 +73,7 @@ class AgentConfig:
     risk_conditioned: bool = False
     # The state torso (rs_lightning.agents.networks.NetworkConfig), from the top-level
     # ``network`` section (conf/network/*.yaml), set by the config check; None: the MLP.
-    network: Optional[Any] = None
+    network: Any = None
 
     def check(self) -> None:
         """Raise ``ValueError("key: what is allowed")`` for values out of range."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +39,7 @@ class NetworkConfig:
     runs recorded before the option existed: the MLP)."""
 
     name: str = "mlp"  # mlp | cnn
-    channels: List[int] = field(default_factory=list)  # cnn: output channels of each conv
+    channels: list[int] = field(default_factory=list)  # cnn: output channels of each conv
     kernel_size: int = 3  # cnn: square kernels
     stride: int = 1  # cnn
     layout: str = "channels_last"  # cnn: [H, W, C] (gymnasium, MinAtar) or [C, H, W]
