@@ -251,8 +251,26 @@ CASES = [
     Case("continuous actions", ["env=gym", "env.id=MountainCarContinuous-v0"], "env.id",
          "has action space Box(-1.0, 1.0, (1,), float32); supported: Discrete actions only",
          cli=True),
-    Case("image observations", ["env=gym", "env.id=tests.gym_test_envs:TinyImage-v0"], "env.id",
-         "(an image); supported: a 1-D Box (fed to the network as it is) or Discrete", cli=True),
+    Case("video observations", ["env=gym", "env.id=tests.gym_test_envs:Video-v0"], "env.id",
+         "(2, 4, 4, 3), uint8); supported: a 1-D Box (fed to the network as it is), a 2-D or "
+         "3-D Box (an image: network=cnn) or Discrete", cli=True),
+    # the network
+    Case("unknown network", ["network.name=resnet"], "network.name", "must be one of mlp, cnn"),
+    Case("cnn without channels", ["network=cnn", "network.channels=[]"], "network.channels",
+         "must be a non-empty list of positive channel counts"),
+    Case("mlp with channels", ["network.channels=[8]"], "network.channels",
+         "the mlp reads no image, so it must be []"),
+    Case("zero stride", ["network=cnn", "network.stride=0"], "network.stride",
+         "must be a positive integer"),
+    Case("unknown layout", ["network=cnn", "network.layout=nhwc"], "network.layout",
+         "must be one of channels_last, channels_first"),
+    Case("cnn on flat observations", ["network=cnn"], "network",
+         "cnn reads image observations ([H, W, C], [C, H, W] or [H, W]), and this "
+         "environment's are flat vectors of", cli=True),
+    Case("kernel larger than the image",
+         ["env=gym", "env.id=tests.gym_test_envs:TinyImage-v0", "network=cnn",
+          "network.kernel_size=9"], "network.kernel_size",
+         "1 convolution of kernel 9 and stride 1 leave nothing of a [8, 8, 3] image"),
     Case("gymnasium env without an id", ["env=gym"], "env.id", "a value is required"),
     # checkpoints
     Case("missing checkpoint", ["ckpt_path={tmp}/nothing.ckpt"], "ckpt_path",

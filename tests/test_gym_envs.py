@@ -117,7 +117,7 @@ def test_bounds_normalisation_needs_a_bounded_dimension():
 @pytest.mark.parametrize("env_id, kwargs, words", [
     ("Pendulum-v1", {}, "supported: Discrete actions only"),
     ("MountainCarContinuous-v0", {}, "supported: Discrete actions only"),
-    ("tests.gym_test_envs:TinyImage-v0", {}, "(an image); supported: a 1-D Box"),
+    ("tests.gym_test_envs:Video-v0", {}, "(2, 4, 4, 3), uint8); supported: a 1-D Box"),
     ("Blackjack-v1", {}, "Tuple(Discrete(32), Discrete(11), Discrete(2)); supported: a 1-D Box"),
 ])
 def test_unsupported_spaces_are_refused_saying_what_is_supported(env_id, kwargs, words):
@@ -139,11 +139,11 @@ def train_cli(*args: str) -> subprocess.CompletedProcess:
     (["env=gym", "env.id=Pendulum-v1"],
      "Error in config: env.id: 'Pendulum-v1' has action space Box(-2.0, 2.0, (1,), float32); "
      "supported: Discrete actions only"),
-    (["env=gym", "env.id=tests.gym_test_envs:TinyImage-v0"],
-     "Error in config: env.id: 'tests.gym_test_envs:TinyImage-v0' has observation space "
-     "Box(0, 255, (8, 8, 3), uint8) (an image); supported: a 1-D Box"),
+    (["env=gym", "env.id=tests.gym_test_envs:Video-v0"],
+     "Error in config: env.id: 'tests.gym_test_envs:Video-v0' has observation space "
+     "Box(0, 255, (2, 4, 4, 3), uint8); supported: a 1-D Box"),
     (["env=gym"], "Error in config: env.id: a value is required here"),
-], ids=["continuous actions", "image observations", "no id"])
+], ids=["continuous actions", "video observations", "no id"])
 def test_unsupported_environment_on_the_command_line(tmp_path, args, line):
     result = train_cli(*args, f"hydra.run.dir={tmp_path / 'run'}")
     lines = [text for text in result.stderr.splitlines() if text.strip()]

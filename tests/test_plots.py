@@ -64,6 +64,11 @@ def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
     assert "left out of the curves" in capsys.readouterr().err
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert main(["curves", str(tmp_path / "empty")]) == 2
+    # Chosen rows over environment steps (the MinAtar figure's command).
+    out = tmp_path / "chosen.png"
+    assert main(["curves", str(sweep), "--metrics", "expectation", "cvar", "--x", "env_steps",
+                 "--out", str(out), "--title", "chosen"]) == 0
+    assert out.stat().st_size > 10_000
 
 
 def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):

@@ -130,6 +130,11 @@ CURVE_METRICS = (
     ("var", "VaR[S]"),
     ("utility", "U[S]"),
 )
+# Every metric of eval_history.jsonl a curve can show (``curves --metrics``), with its label.
+METRIC_LABELS = dict(CURVE_METRICS, cvar="CVaR[S]", return_std="std of S")
+# The x axes of the curves: the evaluation's gradient updates or environment transitions.
+CURVE_AXES = {"updates": ("step", "gradient updates"),
+              "env_steps": ("env_steps", "environment steps (transitions)")}
 
 
 def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
@@ -174,12 +179,14 @@ def plot_learning_curves(
     out: Path,
     metrics: tuple[tuple[str, str], ...] = CURVE_METRICS,
     title: str = "Greedy policy during training (mean, 95% bootstrap band over seeds)",
+    x_axis: str = "updates",
 ) -> dict:
     """Draw the curves into ``out``; returns {env: {agent: number of seeds}}.
 
     Each row is one of ``metrics`` (key in ``eval_history.jsonl``, axis label); runs whose
-    history lacks a metric are left out of its row.
+    history lacks a metric are left out of its row. ``x_axis``: a key of :data:`CURVE_AXES`.
     """
+    x_key, x_label = CURVE_AXES[x_axis]
     plt = _pyplot()
 
     groups = load_histories(sweep_dir)
@@ -199,13 +206,13 @@ def plot_learning_curves(
                 continue
             seeds.setdefault(env, {})[agent] = len(runs)
             # Align the seeds on the steps they all evaluated at.
-            steps = sorted(set.intersection(*({r["step"] for r in run} for run in runs)))
+            steps = sorted(set.intersection(*({r[x_key] for r in run} for run in runs)))
             color = COLORS[agent_index % len(COLORS)]
             for row, (metric, label) in enumerate(metrics):
                 with_metric = [run for run in runs if all(metric in r for r in run)]
                 if not with_metric:
                     continue
-                values = np.array([[r[metric] for r in run if r["step"] in steps] for run in with_metric])
+                values = np.array([[r[metric] for r in run if r[x_key] in steps] for run in with_metric])
                 low, high = bootstrap_band(values, limits=METRIC_LIMITS.get(metric, (-np.inf, np.inf)))
                 ax = axes[row, column]
                 ax.plot(steps, values.mean(0), color=color, label=f"{agent} ({len(with_metric)} seeds)")
@@ -213,7 +220,7 @@ def plot_learning_curves(
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)
         axes[0, column].set_title(env.split("/")[-1])
-        axes[-1, column].set_xlabel("gradient updates")
+        axes[-1, column].set_xlabel(x_label)
     axes[0, 0].legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
@@ -354,7 +361,9 @@ def _distributions_command(args) -> int:
 def _curves_command(args) -> int:
     out = args.out or args.sweep_dir / "learning_curves.png"
     try:
-        seeds = plot_learning_curves(args.sweep_dir, out)
+        metrics = tuple((name, METRIC_LABELS[name]) for name in args.metrics) or CURVE_METRICS
+        seeds = plot_learning_curves(args.sweep_dir, out, metrics, x_axis=args.x, **(
+            {"title": args.title} if args.title else {}))
     except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -375,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     curves = commands.add_parser("curves", help="R_s, E, VaR, U over training, over a sweep's seeds")
     curves.add_argument("sweep_dir", type=Path)
     curves.add_argument("--out", type=Path, help="image (default: <sweep>/learning_curves.png)")
+    curves.add_argument("--metrics", nargs="+", default=(), choices=sorted(METRIC_LABELS),
+                        help="the rows (default: R_s, E, VaR, U)")
+    curves.add_argument("--x", choices=sorted(CURVE_AXES), default="updates",
+                        help="the x axis (default: gradient updates)")
+    curves.add_argument("--title", help="the figure's title")
     curves.set_defaults(handler=_curves_command)
     policy = commands.add_parser("policy", help="a grid-world run's greedy policy as arrows")
     policy.add_argument("run_dir", type=Path)

@@ -36,17 +36,21 @@ class ReplayMemory:
         capacity: transitions kept per member (the oldest are overwritten).
         obs_shape: the shape of one observation.
         seeds: one sampling seed per member (their number is the number of members).
+        obs_dtype: how observations are held (``torch.uint8`` for whole numbers in 0..255, a
+            quarter of float32's memory); samples give them as float32 whatever it is.
     """
 
-    def __init__(self, capacity: int, obs_shape: Sequence[int] | int, seeds: Sequence[int]) -> None:
+    def __init__(self, capacity: int, obs_shape: Sequence[int] | int, seeds: Sequence[int],
+                 obs_dtype: torch.dtype = torch.float32) -> None:
         if capacity <= 0:
             raise ValueError(f"replay capacity must be positive, got {capacity}")
         members = len(seeds)
         shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.capacity = capacity
         self.members = members
-        self.obs = torch.zeros(members, capacity, *shape)
-        self.next_obs = torch.zeros(members, capacity, *shape)
+        self.obs = torch.zeros(members, capacity, *shape, dtype=obs_dtype)
+        self.next_obs = torch.zeros(members, capacity, *shape, dtype=obs_dtype)
+        self.compact = obs_dtype != torch.float32
         self.action = torch.zeros(members, capacity, dtype=torch.long)
         self.reward = torch.zeros(members, capacity)
         self.terminated = torch.zeros(members, capacity)
@@ -83,16 +87,20 @@ class ReplayMemory:
         fields ``[K, batch_size, ...]``."""
         index = torch.randint(self.size, (batch_size,), generator=self.generators[0])
         if self.members == 1:  # one gather per field, [1, B, ...]
-            return Transitions(*(storage[:, index] for storage in self._storage))
-        # One flat index into the members' rows: index_select is the cheapest gather.
-        index = torch.cat([index] + [
-            torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
-            for k, generator in enumerate(self.generators[1:], start=1)
-        ])
-        return Transitions(*(
-            rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
-            for rows in self._rows
-        ))
+            batch = Transitions(*(storage[:, index] for storage in self._storage))
+        else:
+            # One flat index into the members' rows: index_select is the cheapest gather.
+            index = torch.cat([index] + [
+                torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
+                for k, generator in enumerate(self.generators[1:], start=1)
+            ])
+            batch = Transitions(*(
+                rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
+                for rows in self._rows
+            ))
+        if self.compact:
+            batch = batch._replace(obs=batch.obs.float(), next_obs=batch.next_obs.float())
+        return batch
 
     def state_dict(self, members: Sequence[int] | None = None) -> dict[str, Any]:
         """The filled rows and the generators; ``members`` selects some members' memories

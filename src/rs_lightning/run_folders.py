@@ -260,6 +260,7 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     settings = validate(cfg)
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(settings.train.env)
+    settings.agent_problem(problem)  # its observations suit the network (network=cnn: images)
     check_resources(settings, problem)  # before anything of that size is allocated
     if settings.train.logger.backend == "wandb":
         check_wandb_environment()

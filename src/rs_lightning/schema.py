@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
+from rs_lightning.agents.networks import NetworkConfig
 from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
@@ -377,6 +378,9 @@ class TrainConfig:
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
     search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
+    # The state torso of every agent (conf/network/; this default, the MLP, only fills runs
+    # recorded before the option existed).
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
     # conf/train.yaml, this default only fills runs recorded before the key existed).
@@ -415,6 +419,16 @@ class TrainConfig:
         self.search_objective.check(grid_world=bool(self.env.grid_size))
         _one_of("objective", self.objective, OBJECTIVES)
         self.static_objective.check()
+        _check_section(self.network.check)
+
+
+def _check_section(check, *args) -> None:
+    """A core config's check (ValueError "key: message") as a ConfigError naming the key."""
+    try:
+        check(*args)
+    except ValueError as error:
+        key, _, message = str(error).partition(": ")
+        raise ConfigError(key if message else "config", message or str(error)) from None
 
 
 @dataclass
@@ -430,6 +444,7 @@ class ValidatedConfig:
     def agent_problem(self, problem: Problem) -> Problem:
         """The problem as the agent sees it: a risk-conditioned network also takes the
         setting's features after the observation, an objective=static one (c, gamma^t, b)."""
+        _check_section(self.train.network.check_problem, problem)
         if self.static is not None:
             return dataclasses.replace(problem, obs_dim=problem.obs_dim + N_STATIC_FEATURES)
         if self.conditioning is None:
@@ -553,6 +568,7 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     check_finite(train)
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
+    agent.network = train.network  # one torso setting for every agent (agents/networks.py)
     utility = utility_from(train.risk, train.alpha)
     conditioning = None
     if agent.risk_conditioned:

@@ -35,6 +35,12 @@ class Problem:
     gamma: float
     return_min: float
     return_max: float
+    # The observation's shape before it was flattened to obs_dim values (an image's [H, W, C]
+    # or [C, H, W]; the image comes first in the flat vector); () for a flat observation.
+    obs_shape: tuple[int, ...] = ()
+    # Every observation value is a whole number in 0..255 (a bool or uint8 image fed as it
+    # is): a replay memory holds them in one byte each instead of four.
+    obs_uint8: bool = False
 
     def check_return_support(self) -> None:
         """For agents whose representation lives on [return_min, return_max]."""

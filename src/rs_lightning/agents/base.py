@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import List, Protocol
+from typing import Any, List, Protocol
 
 import torch
 from omegaconf import MISSING
@@ -71,6 +71,9 @@ class AgentConfig:
     # The network also takes the risk setting (rs_lightning.risk.conditioning); the value
     # lives in conf/agent/*.yaml, this default only fills runs recorded before the key existed.
     risk_conditioned: bool = False
+    # The state torso (rs_lightning.agents.networks.NetworkConfig), from the top-level
+    # ``network`` section (conf/network/*.yaml), set by the config check; None: the MLP.
+    network: Any = None
 
     def check(self) -> None:
         """Raise ``ValueError("key: what is allowed")`` for values out of range."""

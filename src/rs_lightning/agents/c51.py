@@ -29,9 +29,9 @@ from rs_lightning.agents.base import (
     ChooseAction,
     Problem,
     Transitions,
-    mlp,
     register_agent,
 )
+from rs_lightning.agents.networks import state_network
 from rs_lightning.risk import ReturnDistribution
 
 
@@ -71,7 +71,7 @@ class C51(Agent):
         super().__init__(config, problem)
         problem.check_return_support()
         n_outputs = problem.n_actions * config.n_atoms
-        self.network = mlp([problem.obs_dim, *config.hidden_sizes, n_outputs])
+        self.network = state_network(problem, config.network, [*config.hidden_sizes, n_outputs])
         atoms = torch.linspace(problem.return_min, problem.return_max, config.n_atoms)
         self.register_buffer("atoms", atoms, persistent=False)
 

@@ -20,9 +20,9 @@ from rs_lightning.agents.base import (
     ChooseAction,
     Problem,
     Transitions,
-    mlp,
     register_agent,
 )
+from rs_lightning.agents.networks import state_network
 from rs_lightning.risk import ReturnDistribution, dirac
 
 
@@ -47,7 +47,8 @@ class DQN(Agent):
 
     def __init__(self, config: DQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)
-        self.q_network = mlp([problem.obs_dim, *config.hidden_sizes, problem.n_actions])
+        self.q_network = state_network(problem, config.network,
+                                       [*config.hidden_sizes, problem.n_actions])
 
     def q_values(self, obs: Tensor) -> Tensor:
         return self.q_network(obs)

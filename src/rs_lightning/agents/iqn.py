@@ -67,6 +67,7 @@ from rs_lightning.agents.base import (
     mlp,
     register_agent,
 )
+from rs_lightning.agents.networks import state_network
 from rs_lightning.agents.quantile_loss import (
     PairwiseQuantileHuberLoss,
     check_kappa,
@@ -126,7 +127,8 @@ class IQN(Agent):
     def __init__(self, config: IQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         width = config.hidden_sizes[-1]
-        self.state_embedding = mlp([problem.obs_dim, *config.hidden_sizes], activate_last=True)
+        self.state_embedding = state_network(problem, config.network, config.hidden_sizes,
+                                             activate_last=True)
         self.fraction_embedding = nn.Linear(config.n_cosines, width)
         self.head = mlp([width, *config.head_hidden_sizes, problem.n_actions])
         self.register_buffer(

@@ -24,9 +24,9 @@ from rs_lightning.agents.base import (
     ChooseAction,
     Problem,
     Transitions,
-    mlp,
     register_agent,
 )
+from rs_lightning.agents.networks import state_network
 from rs_lightning.agents.quantile_loss import (
     check_quantile_loss,
     huber_threshold,
@@ -58,7 +58,8 @@ class QRDQN(Agent):
     def __init__(self, config: QRDQNConfig, problem: Problem) -> None:
         super().__init__(config, problem)
         n = config.n_quantiles
-        self.network = mlp([problem.obs_dim, *config.hidden_sizes, problem.n_actions * n])
+        self.network = state_network(problem, config.network,
+                                     [*config.hidden_sizes, problem.n_actions * n])
         self.register_buffer("fractions", midpoint_fractions(n), persistent=False)
         self.kappa = huber_threshold(config.kappa, problem)
 

@@ -42,6 +42,7 @@ from omegaconf import MISSING
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import AgentConfig, Problem, Transitions, linear, mlp
+from rs_lightning.agents.networks import state_network
 
 INTEGRATION_RULES = ("simpson", "trapezoid")
 
@@ -259,7 +260,7 @@ class MonotoneNetwork(nn.Module):
         super().__init__()
         n_actions = problem.n_actions
         embedding_size = config.hidden_sizes[-1]
-        self.embedding = mlp([problem.obs_dim, *config.hidden_sizes])
+        self.embedding = state_network(problem, config.network, config.hidden_sizes)
         self.integrand = mlp([1 + embedding_size, *config.integrand_hidden_sizes, n_actions])
         self.conditioner = mlp([embedding_size, *config.conditioner_hidden_sizes, 2 * n_actions])
         for module in self.modules():  # Xavier initialisation (Appendix B)

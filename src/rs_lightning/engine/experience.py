@@ -297,7 +297,8 @@ class ExperienceDataModule(pl.LightningDataModule):
         n = self.copies_per_member
         copies = make_copies(self.env_config, copy_seeds(self.seeds, n), groups=len(self.seeds))
         replay = ReplayMemory(self.replay_capacity, self.obs_shape,
-                              seeds=[seed + 1 for seed in self.seeds])
+                              seeds=[seed + 1 for seed in self.seeds],
+                              obs_dtype=torch.uint8 if self.problem.obs_uint8 else torch.float32)
         settings = None
         if self.conditioning is not None and self.conditioning.acting == "episode":
             settings = EpisodeSettings(self.conditioning, self.seeds, n)

@@ -54,9 +54,11 @@ def round_up(value: float, digits: int = 2) -> float:
 
 def replay_bytes(settings: ValidatedConfig, problem: Problem) -> int:
     """Every member's replay memory (rs_lightning.replay): observation and next observation
-    in float32, action in int64, reward and termination in float32, for each transition."""
+    in float32 (one byte each for whole numbers in 0..255, ``problem.obs_uint8``), action in
+    int64, reward and termination in float32, for each transition."""
     train = settings.train
-    per_transition = 2 * problem.obs_dim * FLOAT_BYTES + 8 + 2 * FLOAT_BYTES
+    obs_bytes = 1 if problem.obs_uint8 else FLOAT_BYTES
+    per_transition = 2 * problem.obs_dim * obs_bytes + 8 + 2 * FLOAT_BYTES
     return train.learning.replay_capacity * train.parallel_seeds * per_transition
 
 

@@ -29,6 +29,7 @@ from rs_lightning.envs.gym_support import (
     adapt_spaces,
     declared_reward_bounds,
     discounted_return_bounds,
+    register_optional_envs,
     scaled_reward_bounds,
     unit_reward_scale,
 )
@@ -46,6 +47,7 @@ def _declarations(env_id: str, kwargs_yaml: str
 
     kwargs = OmegaConf.to_container(OmegaConf.create(kwargs_yaml)) or {}
     try:
+        register_optional_envs(env_id)
         env = gym.make(env_id, disable_env_checker=True, **kwargs)
         # Spaces the agents cannot use: the input check's one line says so, no warning here.
         env = adapt_spaces(env, env_id)

@@ -6,7 +6,12 @@ import gymnasium as gym
 import numpy as np
 
 import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
-from rs_lightning.envs.gym_support import adapt_spaces
+from rs_lightning.envs.gym_support import (
+    adapt_spaces,
+    image_shape,
+    observations_fit_bytes,
+    register_optional_envs,
+)
 from rs_lightning.errors import ConfigError
 from rs_lightning.types import Problem
 
@@ -23,6 +28,7 @@ def make_env(config) -> gym.Env:
     max_episode_steps = getattr(config, "max_episode_steps", None)
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
+    register_optional_envs(config.id)
     try:
         # The checker runs in the tests; a training loop does not pay for its wrapper.
         env = gym.make(config.id, disable_env_checker=True, **kwargs)
@@ -63,6 +69,8 @@ def env_problem(config) -> Problem:
             gamma=config.gamma,
             return_min=config.return_min,
             return_max=config.return_max,
+            obs_shape=image_shape(env),
+            obs_uint8=observations_fit_bytes(env),
         )
     finally:
         env.close()

@@ -4,9 +4,12 @@
 :class:`~rs_lightning.errors.ConfigError` saying what is supported:
 
 - observations: a 1-D ``Box`` is fed to the networks as it is (optionally normalised, below);
-  a ``Discrete`` one is one-hot encoded (:class:`OneHotObservation`). Anything else (images
-  and other multi-dimensional boxes, tuples, dicts, multi-discrete) is refused: it needs a
-  wrapper of the user's that flattens it or extracts features first.
+  a ``Discrete`` one is one-hot encoded (:class:`OneHotObservation`); an image (a 2-D or 3-D
+  ``Box``: [H, W], [H, W, C] or [C, H, W]) is flattened to float32 values
+  (:class:`FlatImageObservation`), its shape kept for the convolutional torso (``network=cnn``,
+  :mod:`rs_lightning.agents.networks`), which puts it back together. Anything else (boxes of
+  more dimensions, tuples, dicts, multi-discrete) is refused: it needs a wrapper of the
+  user's that flattens it or extracts features first.
 - actions: ``Discrete`` only (a ``start`` other than 0 is shifted, :class:`ShiftedActions`);
   continuous and multi-discrete actions are refused.
 - ``observation_normalization: bounds`` maps every dimension of a Box with finite bounds
@@ -22,6 +25,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import gymnasium as gym
@@ -36,8 +40,9 @@ OBSERVATION_NORMALIZATIONS = ("none", "bounds")
 _LARGEST_FINITE_BOUND = 1e6
 
 SUPPORTED_OBSERVATIONS = (
-    "supported: a 1-D Box (fed to the network as it is) or Discrete (one-hot encoded); "
-    "images and other spaces need a wrapper that flattens them or extracts features"
+    "supported: a 1-D Box (fed to the network as it is), a 2-D or 3-D Box (an image: "
+    "network=cnn) or Discrete (one-hot encoded); other spaces need a wrapper that flattens "
+    "them or extracts features"
 )
 SUPPORTED_ACTIONS = "supported: Discrete actions only (continuous or multi-discrete actions are not)"
 
@@ -95,6 +100,45 @@ class BoundsNormalizedObservation(gym.ObservationWrapper):
         return ((np.asarray(observation, dtype=np.float32) - self.centre) / self.half_width)
 
 
+class FlatImageObservation(gym.ObservationWrapper):
+    """An image ``Box`` (any dtype: MinAtar's bool channels, uint8 pixels) as the float32 vector
+    of its values in their own order; ``image_shape`` is the shape it had."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        self.image_shape = tuple(int(n) for n in space.shape)
+        self.whole_bytes = space.dtype in (np.dtype(bool), np.dtype(np.uint8))
+        self.observation_space = gym.spaces.Box(
+            np.asarray(space.low, dtype=np.float32).reshape(-1),
+            np.asarray(space.high, dtype=np.float32).reshape(-1), dtype=np.float32)
+
+    def observation(self, observation) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32).reshape(-1)
+
+
+def image_shape(env: gym.Env) -> tuple[int, ...]:
+    """The shape of the image an adapted environment's flat observations come from; () when
+    they are not an image."""
+    image = _image_wrapper(env)
+    return () if image is None else image.image_shape
+
+
+def observations_fit_bytes(env: gym.Env) -> bool:
+    """Whether every observation of an adapted environment is a whole number in 0..255: a
+    bool or uint8 image that no normalisation rescaled."""
+    image = _image_wrapper(env)
+    return image is not None and image.whole_bytes and env.observation_space == image.observation_space
+
+
+def _image_wrapper(env: gym.Env) -> FlatImageObservation | None:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, FlatImageObservation):
+            return env
+        env = env.env
+    return None
+
+
 class ShiftedActions(gym.ActionWrapper):
     """``Discrete(n, start)`` actions seen by the agent as 0 .. n-1."""
 
@@ -120,6 +164,9 @@ def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "no
             "env.id", f"{env_id!r} has action space {action_space}; {SUPPORTED_ACTIONS}"
         )
     space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and len(space.shape) in (2, 3):
+        env = FlatImageObservation(env)
+        space = env.observation_space
     if isinstance(space, gym.spaces.Discrete):
         env = OneHotObservation(env)
     elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
@@ -132,16 +179,32 @@ def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "no
                 )
             env = BoundsNormalizedObservation(env)
     else:
-        kind = "an image" if isinstance(space, gym.spaces.Box) and len(space.shape) >= 2 else ""
         env.close()
         raise ConfigError(
-            "env.id",
-            f"{env_id!r} has observation space {space}{' (' + kind + ')' if kind else ''}; "
-            f"{SUPPORTED_OBSERVATIONS}",
-        )
+            "env.id", f"{env_id!r} has observation space {space}; {SUPPORTED_OBSERVATIONS}")
     if int(action_space.start) != 0:
         env = ShiftedActions(env)
     return env
+
+
+# Environments an optional package registers when asked to (id prefix -> the package's module,
+# its function registering the ids, the extra of this package that installs it). Imported only
+# when such an id is asked for.
+OPTIONAL_ENV_PACKAGES = {"MinAtar/": ("minatar.gym", "register_envs", "minatar")}
+
+
+def register_optional_envs(env_id: str) -> None:
+    """Register the ids of the optional package ``env_id`` belongs to (MinAtar's ``MinAtar/``),
+    or ConfigError naming the extra to install when it is missing."""
+    for prefix, (module_name, function, extra) in OPTIONAL_ENV_PACKAGES.items():
+        if not env_id.startswith(prefix) or env_id in gym.registry:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ConfigError("env.id", f"{env_id!r} needs the optional extra '{extra}': "
+                              f"pip install -e \".[{extra}]\" ({error})") from None
+        getattr(module, function)()
 
 
 def discounted_return_bounds(
