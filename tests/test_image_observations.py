@@ -222,3 +222,20 @@ def test_a_cnn_run_resumes_exactly(compose, tmp_path):
     assert resumed == full
     assert ((tmp_path / "resumed" / "eval.json").read_text()
             == (tmp_path / "full" / "eval.json").read_text())
+
+
+def test_a_static_cnn_run_keeps_its_return_features_exact(compose, tmp_path):
+    """objective=static appends (c, gamma^t, b) to a byte image: the replay then holds floats."""
+    overrides = ["env=gym", "env.id=tests.gym_test_envs:ImageCorridor-v0", "network=cnn",
+                 "network.layout=channels_first", "network.channels=[4]", "agent=c51",
+                 "objective=static", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=60", "learning.warmup_steps=20",
+                 "trainer.checkpoint_every_n_steps=50", "evaluation.every_n_steps=0",
+                 "evaluation.episodes=10"]
+    run(compose(overrides), run_dir=tmp_path / "static")
+    checkpoint = tmp_path / "static" / "checkpoints" / "step0000050.ckpt"
+    replay = torch.load(checkpoint, weights_only=True)["ExperienceDataModule"]["collector"]["replay"]
+    assert replay["obs"].dtype == torch.float32
+    gamma_t = replay["next_obs"][..., -2]  # (c, gamma^t, b) follow the image
+    filled = gamma_t[gamma_t != 0]
+    assert len(filled) and ((filled > 0) & (filled < 1)).all()

@@ -296,9 +296,12 @@ class ExperienceDataModule(pl.LightningDataModule):
             return
         n = self.copies_per_member
         copies = make_copies(self.env_config, copy_seeds(self.seeds, n), groups=len(self.seeds))
+        # Bytes only where every stored value is a byte: objective=static appends (c,
+        # gamma^t, b), which are not.
+        compact = self.problem.obs_uint8 and self.static is None
         replay = ReplayMemory(self.replay_capacity, self.obs_shape,
                               seeds=[seed + 1 for seed in self.seeds],
-                              obs_dtype=torch.uint8 if self.problem.obs_uint8 else torch.float32)
+                              obs_dtype=torch.uint8 if compact else torch.float32)
         settings = None
         if self.conditioning is not None and self.conditioning.acting == "episode":
             settings = EpisodeSettings(self.conditioning, self.seeds, n)
