@@ -16,7 +16,7 @@ training, evaluations excluded; the members of a ``parallel_seeds`` run share it
         --episodes 1000 \\
         --out docs/figures/conditioned_vs_per_setting.png --json comparison.json
 
-It prints the README table (Markdown) and writes the figure: per world, E against CVaR_rho
+It prints the README table (Markdown) and writes the figure: per world, E against VaR_rho
 (exact on the grid worlds, Monte Carlo elsewhere), a point per alpha and approach with the
 seeds' standard deviation as error bars, and each conditioned run's whole frontier as a line
 when its ``frontier.json`` exists (``python -m rs_lightning.frontier <run>
@@ -155,8 +155,9 @@ def markdown(worlds: dict[str, dict[str, Any]]) -> str:
 
 
 def plot(worlds: dict[str, dict[str, Any]], out: Path) -> None:
-    """Per world, E against VaR: a point per alpha and approach (seeds' std as error bars),
-    each conditioned run's frontier over its ``frontier.json`` alphas as a line."""
+    """Per world, E against VaR: a point per alpha and approach (seeds' std as error bars,
+    each seed faint), each conditioned run's frontier over its ``frontier.json`` alphas as a
+    line."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(worlds), figsize=(5.0 * len(worlds), 4.4), squeeze=False)
     for ax, (world, result) in zip(axes[0], worlds.items()):
@@ -178,6 +179,10 @@ def plot(worlds: dict[str, dict[str, Any]], out: Path) -> None:
                 rows = group(result["rows"], approach, alpha)
                 if not rows:
                     continue
+                if not info.get("means_only"):  # each seed, faint: the spread may be bimodal
+                    ax.scatter([r[prefix + "var"] for r in rows],
+                               [r[prefix + "expectation"] for r in rows], s=8, marker=marker,
+                               color=colour, alpha=0.3, linewidths=0)
                 (x, dx), (y, dy) = stats(rows, prefix + "var"), stats(rows, prefix + "expectation")
                 ax.errorbar(x, y, xerr=dx, yerr=dy, fmt=marker, color=colour, ms=6,
                             mfc="none" if approach == "per-setting" else colour, capsize=2,
@@ -189,7 +194,7 @@ def plot(worlds: dict[str, dict[str, Any]], out: Path) -> None:
         ax.set(xlabel=f"VaR_{result['rho']:g} of S ({kind})", ylabel=f"E[S] ({kind})", title=world)
         ax.legend(fontsize=7, title="approach (training time)", title_fontsize=7)
     fig.suptitle("one conditioned run vs one run per alpha (labels: alpha; bars: std "
-                 "over seeds)", fontsize=9)
+                 "over seeds; faint: each seed)", fontsize=9)
     _save(fig, out)
 
 
