@@ -4,12 +4,15 @@ frontier command and the evaluation at a setting."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
+from rs_lightning.report import main as report
 from rs_lightning.risk import (
     RISK_MEASURES,
     ReturnDistribution,
@@ -20,6 +23,7 @@ from rs_lightning.risk import (
 from rs_lightning.risk.conditioning import RiskConditioning, widen
 from rs_lightning.runs import load_run
 from rs_lightning.train import run
+from tests.conftest import ROOT
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
@@ -231,3 +235,23 @@ def test_the_support_check_reads_a_conditioned_member_at_its_setting(tmp_path):
                        "learning.target_update_period=10", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "run" / "eval.json").is_file()
+
+
+def test_a_conditioned_multirun_and_its_report(tmp_path):
+    """A conditioned sweep through the CLI (two jobs, two stacked seeds each), then the sweep
+    report: its table names the agent as risk-conditioned and says what its rows are."""
+    sweep = tmp_path / "sweep"
+    subprocess.run(
+        [sys.executable, "train.py", "-m", "agent=c51", "agent.risk_conditioned=true",
+         "alpha=0.25,0.75", "parallel_seeds=2", *QUICK, "trainer.max_steps=60",
+         f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300,
+    )
+    assert len(list(sweep.glob("*/seed_*/eval.json"))) == 4
+    assert report([str(sweep), "--wandb", "off"]) == 0
+    markdown = (sweep / "report" / "results.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| RiskyRewards-v0")]
+    assert len(rows) == 6  # Monte Carlo, IQM and exact, per alpha
+    assert all(row.startswith("| RiskyRewards-v0 | c51 (risk-conditioned) | 0.") for row in rows)
+    assert "learned one network for a range of settings" in markdown
+    assert (sweep / "report" / "report.html").is_file()

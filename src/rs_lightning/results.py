@@ -79,6 +79,7 @@ NON_LEARNING_KEYS = (
 IDENTITY_KEYS = {"env.id": "env", "agent.name": "agent", "alpha": "alpha", "risk.name": "risk",
                  "rho": "rho"}
 BUDGET_KEY = "trainer.max_steps"  # shown in its own column, "updates"
+CONDITIONED_KEY = "agent.risk_conditioned"  # named in the agent column
 SHOWN_KEYS = {*IDENTITY_KEYS, "risk.rho", BUDGET_KEY}
 MISSING = "—"  # the value of a key a run's config does not have
 
@@ -361,6 +362,15 @@ def table_columns(table: list[dict[str, Any]], kind: str = "mean") -> list[str]:
     return columns + ["green / orange seeds"] if kind == "mean" else columns
 
 
+def conditioned(entry: dict[str, Any]) -> bool:
+    """Whether the row's runs are risk-conditioned (one network for a range of settings)."""
+    return entry.get("settings", {}).get(CONDITIONED_KEY) is True
+
+
+def _agent_label(entry: dict[str, Any]) -> str:
+    return f"{entry['agent']} (risk-conditioned)" if conditioned(entry) else entry["agent"]
+
+
 def _risk_label(entry: dict[str, Any]) -> str:
     return entry["risk"] if entry["risk"] == "expectation" else f"{entry['risk']}_{entry['rho']:g}"
 
@@ -394,7 +404,7 @@ def table_rows(table: list[dict[str, Any]], kind: str = "mean") -> list[list[str
     for e in table:
         if kind == "exact" and "exact_expectation" not in e and "exact_static_utility" not in e:
             continue
-        row = [e["env"].split("/")[-1], e["agent"], f"{e['alpha']:g}", _risk_label(e),
+        row = [e["env"].split("/")[-1], _agent_label(e), f"{e['alpha']:g}", _risk_label(e),
                *e["varying"].values(), "" if e["budget"] is None else str(e["budget"]),
                str(len(e["seeds"]))]
         if kind == "iqm":
@@ -416,7 +426,11 @@ def table_notes(table: list[dict[str, Any]]) -> dict[str, str]:
         "mean": "Mean ± standard deviation over seeds of the greedy policy's evaluation (Monte "
                 "Carlo episodes per seed: see each eval.json); the paper's number in brackets "
                 f"(after {PAPER_BUDGET:,} updates; the updates column gives each row's budget). "
-                "R_s: +1 green path, -1 orange.",
+                "R_s: +1 green path, -1 orange." + (
+                    " A risk-conditioned agent learned one network for a range of settings: "
+                    "its rows are its greedy policy at the run's own alpha and rho "
+                    "(python -m rs_lightning.frontier <run> evaluates it at others)."
+                    if any(conditioned(e) for e in table) else ""),
         "iqm": "Interquartile mean over seeds (the mean of the middle half; the plain mean "
                f"below 4 seeds) and its 95% confidence interval, {method} over the seeds.",
         "exact": "The same greedy policies evaluated exactly (their return is a Gaussian "
