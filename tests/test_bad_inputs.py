@@ -219,6 +219,10 @@ CASES = [
     Case("conditioning rho above 1", ["agent=c51", "agent.risk_conditioned=true",
                                       "risk_conditioning.rho=[0.1,1.5]"],
          "risk_conditioning.rho", "every value must be in (0, 1]"),
+    Case("conditioning settings per batch 0", ["agent=c51", "agent.risk_conditioned=true",
+                                               "risk_conditioning.settings_per_batch=0"],
+         "risk_conditioning.settings_per_batch", "must be null (one per transition) or a "
+         "positive integer, got 0"),
     Case("conditioning range of three values", ["agent=c51", "agent.risk_conditioned=true",
                                                 "risk_conditioning.alpha=[0,0.5,1]"],
          "risk_conditioning.alpha", "must be [low, high] for draw=uniform"),

@@ -82,6 +82,37 @@ def test_settings_are_drawn_from_their_ranges_and_features_tell_them_apart():
         uniform.check_setting(0.3, 0.7)
 
 
+def test_settings_per_batch_share_each_setting_over_a_block_of_rows():
+    every = RiskConditioning("var", (0.0, 1.0), (0.05, 0.5))
+    assert len(set(every.sample_batch(np.random.default_rng(0), 32)[0])) == 32
+    blocks = RiskConditioning("var", (0.0, 1.0), (0.05, 0.5), settings_per_batch=4)
+    alpha, rho = blocks.sample_batch(np.random.default_rng(0), 32)
+    assert [len(set(alpha[i:i + 8])) for i in range(0, 32, 8)] == [1, 1, 1, 1]
+    assert len(set(alpha)) == 4 and len(set(zip(alpha, rho))) == 4
+    one = RiskConditioning("var", (0.0, 1.0), (0.05, 0.5), settings_per_batch=1)
+    assert len(set(one.sample_batch(np.random.default_rng(0), 32)[1])) == 1
+
+
+def test_one_setting_per_batch_is_drawn_by_each_member(compose):
+    """settings_per_batch=1: each member's batch shares one setting; members draw their own."""
+    from rs_lightning.engine.build import build
+    from rs_lightning.schema import validate
+    from rs_lightning.types import Transitions
+
+    settings = validate(conditioned(compose, "agent=rs_umdqn_c", "parallel_seeds=2",
+                                    "risk_conditioning.settings_per_batch=1"))
+    _, module = build(settings)
+    obs = torch.zeros(2, 16, 9)
+    transitions = Transitions(obs, torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16),
+                              obs.clone(), torch.zeros(2, 16),
+                              torch.full((2, 16), 0.9))
+    widened, _ = module.conditioned_batch(transitions)
+    features = widened.obs[..., 9:]
+    assert [len(torch.unique(features[k], dim=0)) for k in range(2)] == [1, 1]
+    assert not torch.equal(features[0, 0], features[1, 0])
+    assert torch.equal(widened.next_obs[..., 9:], features)
+
+
 def conditioned(compose, *overrides):
     return compose([*QUICK, "agent.risk_conditioned=true", *overrides])
 

@@ -526,7 +526,7 @@ def conditioning_from(node: dict, utility: Utility) -> RiskConditioning:
     setting (``alpha`` and the measure's parameter) must lie in the ranges it trains on."""
     section = dict(node)
     parameter_names = {declared_parameter(m) for m in RISK_MEASURES} - {None}
-    allowed = set(_CONDITIONING_KEYS) | parameter_names
+    allowed = set(_CONDITIONING_KEYS) | parameter_names | {"settings_per_batch"}
     for key in section:
         if key not in allowed:
             raise ConfigError(f"risk_conditioning.{key}",
@@ -552,7 +552,9 @@ def conditioning_from(node: dict, utility: Utility) -> RiskConditioning:
     try:
         conditioning = RiskConditioning(
             risk=utility.risk, alpha=values("alpha"), values=values(name),
-            draw=section["draw"], n_cosines=section["n_cosines"], acting=section["acting"])
+            draw=section["draw"], n_cosines=section["n_cosines"], acting=section["acting"],
+            # optional: runs recorded before the key existed drew one per transition
+            settings_per_batch=section.get("settings_per_batch"))
         conditioning.check_setting(utility.alpha, utility.params[name])
     except ValueError as error:
         key, _, message = str(error).partition(": ")

@@ -311,7 +311,7 @@ class QLearning(pl.LightningModule):
         from its own generator), its features appended to both observations, and the rule
         choosing each transition's target action by its own setting's utility."""
         batch = transitions.obs.shape[1]
-        drawn = [self.conditioning.sample(generator, batch)
+        drawn = [self.conditioning.sample_batch(generator, batch)
                  for generator in self.setting_generators]
         alpha, parameter = (torch.as_tensor(np.stack(x), dtype=torch.float32, device=self.device)
                             for x in zip(*drawn))  # [K, B] each

@@ -45,6 +45,10 @@ class RiskConditioning:
     draw: str = "uniform"
     n_cosines: int = 8
     acting: str = "episode"
+    # None: a setting per replayed transition; m: m settings per batch, each shared by a
+    # block of consecutive rows (fewer distinct (state, setting) rows: less work for agents
+    # that compute each distinct row once, such as RS-UMDQN-C).
+    settings_per_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISK_MEASURES:
@@ -66,6 +70,11 @@ class RiskConditioning:
         if isinstance(self.n_cosines, bool) or not self.n_cosines >= 1:
             raise ValueError(f"risk_conditioning.n_cosines: must be a positive integer, got "
                              f"{self.n_cosines!r}")
+        if self.settings_per_batch is not None and (
+                isinstance(self.settings_per_batch, bool)
+                or not isinstance(self.settings_per_batch, int) or self.settings_per_batch < 1):
+            raise ValueError("risk_conditioning.settings_per_batch: must be null (one per "
+                             f"transition) or a positive integer, got {self.settings_per_batch!r}")
         self._check_values("alpha", self.alpha, lambda a: 0.0 <= a <= 1.0, "in [0, 1]")
         name = self.parameter
         if name == "rho":
@@ -117,6 +126,15 @@ class RiskConditioning:
                 drawn.append(np.asarray(values, dtype=np.float64)[
                     generator.integers(len(values), size=size)])
         return drawn[0], drawn[1]
+
+    def sample_batch(self, generator: np.random.Generator, size: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The settings of a replayed batch of ``size`` rows: one per row, or
+        ``settings_per_batch`` drawn and each repeated over a block of consecutive rows."""
+        drawn = min(self.settings_per_batch or size, size)
+        alpha, parameter = self.sample(generator, drawn)
+        block = np.arange(size) * drawn // size
+        return alpha[block], parameter[block]
 
     def features(self, alpha: Tensor, parameter: Tensor) -> Tensor:
         """The network's input of the settings ``alpha[...]``, ``parameter[...]`` ->
