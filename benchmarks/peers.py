@@ -608,6 +608,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="extra Hydra overrides for our runs, e.g. learning.lr=3e-3")
     parser.add_argument("--out", type=Path, help="write every raw number to this JSON file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--merge", type=Path, nargs="+",
+                        help="run nothing: the table of the runs saved in these --out files "
+                             "(benchmarks of the same settings run side by side, seed by seed)")
     parser.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.max_env_steps <= 0 or args.max_seconds <= 0 or args.eval_every <= 0:
@@ -619,11 +622,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: list[Path], out: Path | None) -> int:
+    """The table of several saved benchmarks together (each seed from the file that ran it)."""
+    saved = [json.loads(path.read_text()) for path in paths]
+    runs = [run for data in saved for run in data["runs"]]
+    summary = summarize(runs)
+    print(f"CartPole-v1, {len(paths)} benchmarks merged: " + "; ".join(
+        f"{data['command']} (started {data['started']}, load average {data['machine']['load_before'][0]:.1f}"
+        f" before{', incomplete' if not data.get('complete', True) else ''})" for data in saved)
+        + "\n")
+    print(markdown(runs, summary))
+    if out:
+        out.write_text(json.dumps({"merged": [str(p) for p in paths],
+                                   "benchmarks": [{k: v for k, v in d.items() if k != "runs"
+                                                   and k not in summary} for d in saved],
+                                   "runs": runs, **summary}, indent=1, default=str) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         worker(args.worker, args.seeds[0], args)
         return 0
+    if args.merge:
+        return merge(args.merge, args.out)
     entries = [f"ours_{a}" for a in args.agents] + list(args.peers)
     if args.dry_run:
         for index, seed in enumerate(args.seeds):
@@ -639,16 +662,35 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load_before = os.getloadavg()
-    runs = []
+    runs: list[dict[str, Any]] = []
+
+    def save(complete: bool) -> None:
+        """Every raw number so far (after each run, so an interrupted benchmark keeps its
+        finished runs; ``complete`` false until the last)."""
+        if not args.out:
+            return
+        args.out.write_text(json.dumps({
+            "command": " ".join(["python", "benchmarks/peers.py", *(argv or sys.argv[1:])]),
+            "started": started, "complete": complete,
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "load_before": load_before, "load_now": os.getloadavg()},
+            "versions": versions(), "threshold": args.threshold, "episodes": EPISODES,
+            "max_env_steps": args.max_env_steps, "max_seconds": args.max_seconds,
+            "eval_every": args.eval_every, "peer_criterion": args.peer_criterion,
+            "overrides": args.overrides,
+            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
+            "runs": runs, **summarize(runs)}, indent=1, default=str) + "\n")
+
     for index, seed in enumerate(args.seeds):
         for entry in run_order(entries, index):
             result = (run_ours(entry[5:], seed, args) if entry.startswith("ours_")
                       else run_peer(entry, seed, args))
-            result.update(entry=entry, seed=seed)
+            result.update(entry=entry, seed=seed, load=os.getloadavg()[0])
             runs.append(result)
             print(f"{entry} seed {seed}: {cell(result)}", file=sys.stderr, flush=True)
             if result.get("error"):
                 print(result["error"], file=sys.stderr)
+            save(complete=False)
     summary = summarize(runs)
     load_after = os.getloadavg()
     print(f"CartPole-v1, training seconds to a {EPISODES}-episode greedy mean return >= "
@@ -660,19 +702,7 @@ def main(argv: list[str] | None = None) -> int:
               "at the end of each epoch, mean return >= 195).")
     print()
     print(markdown(runs, summary))
-    if args.out:
-        args.out.write_text(json.dumps({
-            "command": " ".join(["python", "benchmarks/peers.py", *(argv or sys.argv[1:])]),
-            "started": started, "machine": {"platform": platform.platform(),
-                                            "cpus": os.cpu_count(),
-                                            "load_before": load_before, "load_after": load_after},
-            "versions": versions(), "threshold": args.threshold, "episodes": EPISODES,
-            "max_env_steps": args.max_env_steps, "max_seconds": args.max_seconds,
-            "eval_every": args.eval_every, "peer_criterion": args.peer_criterion,
-            "overrides": args.overrides,
-            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
-            "runs": runs, **{k: v for k, v in summary.items()}},
-            indent=1, default=str) + "\n")
+    save(complete=True)
     return 1 if any(run.get("error") for run in runs) else 0  # a run that failed: say so
 
 

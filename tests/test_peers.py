@@ -132,3 +132,24 @@ def test_each_agent_has_a_cartpole_preset_on_top_of_the_common_one(compose, agen
     common = validate(compose(["experiment=cartpole_fast", f"agent={agent}"])).train
     assert train.agent["name"] == agent and train.env.id == "CartPole-v1"
     assert train.env.num_envs == common.env.num_envs and train.env.gamma == common.env.gamma
+
+
+def test_merge_tables_benchmarks_saved_side_by_side(tmp_path, capsys):
+    def saved(seed, seconds):
+        return {"command": f"python benchmarks/peers.py --seeds {seed}", "complete": True,
+                "started": "now", "machine": {"load_before": [1.0, 1.0, 1.0]},
+                "runs": [{"entry": "ours_c51", "seed": seed, "reached": True,
+                          "train_seconds": seconds, "env_steps": 20_000},
+                         {"entry": "tianshou_c51", "seed": seed, "reached": True,
+                          "train_seconds": 2 * seconds, "env_steps": 30_000}]}
+
+    paths = []
+    for seed, seconds in ((0, 10.0), (1, 30.0), (2, 20.0)):
+        paths.append(tmp_path / f"seed{seed}.json")
+        paths[-1].write_text(peers.json.dumps(saved(seed, seconds)))
+    out = tmp_path / "all.json"
+    assert peers.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "| ours_c51 | 10.0 s (20,000 steps) | 30.0 s (20,000 steps) | 20.0 s (20,000 steps) | 20.0 s |" in table
+    merged = peers.json.loads(out.read_text())
+    assert merged["medians"] == {"ours_c51": 20.0, "tianshou_c51": 40.0} and len(merged["runs"]) == 6
