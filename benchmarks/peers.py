@@ -115,9 +115,10 @@ def missing_modules(peers: Iterable[str]) -> list[str]:
     return [module for module in needed if find_spec(module) is None]
 
 
-def run_order(entries: list[str], seed_index: int) -> list[str]:
-    """The entries in round-robin order for the ``seed_index``-th seed (start rotated)."""
-    shift = seed_index % len(entries) if entries else 0
+def run_order(entries: list[str], seed: int) -> list[str]:
+    """The entries in round-robin order for ``seed`` (the start rotated by the seed, so that
+    benchmarks of single seeds run side by side start with different libraries)."""
+    shift = seed % len(entries) if entries else 0
     return entries[shift:] + entries[:shift]
 
 
@@ -649,8 +650,8 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args.merge, args.out)
     entries = [f"ours_{a}" for a in args.agents] + list(args.peers)
     if args.dry_run:
-        for index, seed in enumerate(args.seeds):
-            for entry in run_order(entries, index):
+        for seed in args.seeds:
+            for entry in run_order(entries, seed):
                 command = (ours_command(entry[5:], seed, "<tmp>", args.overrides, args.threshold)
                            if entry.startswith("ours_") else peer_command(entry, seed, args))
                 print(f"cd {ROOT} && OMP_NUM_THREADS=1 PYTHONPATH={ROOT / 'src'} "
@@ -681,8 +682,8 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
             "runs": runs, **summarize(runs)}, indent=1, default=str) + "\n")
 
-    for index, seed in enumerate(args.seeds):
-        for entry in run_order(entries, index):
+    for seed in args.seeds:
+        for entry in run_order(entries, seed):
             result = (run_ours(entry[5:], seed, args) if entry.startswith("ours_")
                       else run_peer(entry, seed, args))
             result.update(entry=entry, seed=seed, load=os.getloadavg()[0])
