@@ -616,7 +616,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_env_steps <= 0 or args.max_seconds <= 0 or args.eval_every <= 0:
         parser.error("--max-env-steps, --max-seconds and --eval-every must be positive")
-    if args.peer_criterion == "published" and "sb3_qrdqn" in args.peers:
+    if args.peer_criterion == "published" and "sb3_qrdqn" in args.peers and not args.worker:
         parser.error("--peer-criterion published: only the Tianshou peers publish a stop "
                      "criterion (the RL Zoo trains for a fixed budget); choose --peers "
                      "tianshou_c51 tianshou_iqn")

@@ -115,6 +115,9 @@ def test_published_criterion_is_passed_to_tianshou_workers_and_refused_for_sb3(c
                        "--peer-criterion", "published"]) == 0
     line = capsys.readouterr().out.strip()
     assert "--worker tianshou_iqn" in line and line.endswith("--peer-criterion published")
+    # The worker line itself is accepted (its --peers default names every peer).
+    assert peers.parse_args(peers.peer_command("tianshou_iqn", 0, peers.parse_args(
+        ["--peers", "tianshou_iqn", "--peer-criterion", "published"]))[2:]).worker == "tianshou_iqn"
     with pytest.raises(SystemExit) as refused:
         peers.main(["--dry-run", "--peers", "sb3_qrdqn", "--peer-criterion", "published"])
     assert refused.value.code == 2
