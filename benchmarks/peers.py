@@ -235,16 +235,25 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if best is not None:
             targets.append(("best distributional", f"ours_{best}"))
         targets += [(a, f"ours_{a}") for a in OUR_DISTRIBUTIONAL if f"ours_{a}" in medians]
+    seeds = {e: sorted(r["seed"] for r in runs if r["entry"] == e) for e in entries}
     checks = []
     for name, entry in targets:
         value, bound = against(entry, REFERENCE_PEER)
+        # Medians over different seeds (an interrupted benchmark) decide nothing.
+        same_seeds = seeds[entry] == seeds[REFERENCE_PEER]
         checks.append({"target": name, "entry": entry, "ratio": value, "upper_bound": bound,
-                       "at_most": TARGETS[name],
-                       "met": value is not None and value <= TARGETS[name]})
+                       "at_most": TARGETS[name], "same_seeds": same_seeds,
+                       "met": same_seeds and value is not None and value <= TARGETS[name]})
     all_seeds = {e: all(r["reached"] and not r.get("error") for r in runs if r["entry"] == e)
                  for e in ours}
     return {"medians": medians, "median_lower_bounds": lower_bounds, "ratios": ratios,
             "ratio_is_upper_bound": bounds, "targets": checks, "every_seed_reached": all_seeds}
+
+
+def verdict(check: dict[str, Any]) -> str:
+    if not check.get("same_seeds", True):
+        return "undecided (not the same seeds)"
+    return "met" if check["met"] else "MISSED"
 
 
 def markdown(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
@@ -277,7 +286,7 @@ def markdown(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             value = ("< " if check["upper_bound"] and check["ratio"] is not None else "") + \
                 format_ratio(check["ratio"])
             lines.append(f"| {check['target']} | {check['entry']} | {value}"
-                         f" | {check['at_most']:.1f}x | {'met' if check['met'] else 'MISSED'} |")
+                         f" | {check['at_most']:.1f}x | {verdict(check)} |")
     if any(v > 0 for v in summary["median_lower_bounds"].values()):
         lines += ["", "(> x s): a lower bound on a median not reached, a seed not reached "
                   "counting at the seconds it trained; \"< r\": our median over that bound."]

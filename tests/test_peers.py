@@ -134,7 +134,9 @@ def test_each_agent_has_a_cartpole_preset_on_top_of_the_common_one(compose, agen
     train = validate(compose([f"experiment=cartpole_fast_{agent}"])).train
     common = validate(compose(["experiment=cartpole_fast", f"agent={agent}"])).train
     assert train.agent["name"] == agent and train.env.id == "CartPole-v1"
-    assert train.env.num_envs == common.env.num_envs and train.env.gamma == common.env.gamma
+    # The loop is the common one; an agent's own file changes its network and horizon only.
+    assert train.env.num_envs == common.env.num_envs == 8
+    assert train.learning == common.learning
 
 
 def test_merge_tables_benchmarks_saved_side_by_side(tmp_path, capsys):
@@ -156,3 +158,14 @@ def test_merge_tables_benchmarks_saved_side_by_side(tmp_path, capsys):
     assert "| ours_c51 | 10.0 s (20,000 steps) | 30.0 s (20,000 steps) | 20.0 s (20,000 steps) | 20.0 s |" in table
     merged = peers.json.loads(out.read_text())
     assert merged["medians"] == {"ours_c51": 20.0, "tianshou_c51": 40.0} and len(merged["runs"]) == 6
+
+
+def test_targets_are_undecided_when_the_seeds_differ():
+    runs = [{"entry": "ours_c51", "seed": s, "reached": True, "train_seconds": 10.0,
+             "env_steps": 20_000} for s in (0, 1)]
+    runs.append({"entry": "tianshou_c51", "seed": 0, "reached": True, "train_seconds": 50.0,
+                 "env_steps": 50_000})
+    check = peers.summarize(runs)["targets"][1]
+    assert check["target"] == "c51" and check["ratio"] == 0.2 and not check["met"]
+    assert "| c51 | ours_c51 | 0.20x | 1.5x | undecided (not the same seeds) |" in peers.markdown(
+        runs, peers.summarize(runs))
