@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import json
 import math
@@ -114,7 +113,7 @@ def test_every_agent_has_a_config_file_and_the_new_ones_are_registered():
 def test_yaml_holds_every_field_and_validates(name):
     node = OmegaConf.load(CONF / "agent" / f"{name}.yaml")
     _, config_class = AGENTS[name]
-    assert set(node.keys()) == {f.name for f in dataclasses.fields(config_class)}
+    assert set(node.keys()) == config_class.yaml_fields()
     assert isinstance(agent_config_from(node), config_class)
 
 

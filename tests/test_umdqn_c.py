@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import pickle
 from pathlib import Path
@@ -64,8 +63,7 @@ def test_yaml_holds_every_field_and_validates():
     from rs_lightning.schema import agent_config_from
 
     node = OmegaConf.load(CONFIG_FILE)
-    fields = {f.name for f in dataclasses.fields(UMDQNCConfig)}
-    assert set(node.keys()) == fields
+    assert set(node.keys()) == UMDQNCConfig.yaml_fields()
     config = agent_config_from(node)
     assert isinstance(config, UMDQNCConfig)
     assert AGENTS["rs_umdqn_c"] == (UMDQNC, UMDQNCConfig)

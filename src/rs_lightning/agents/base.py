@@ -24,9 +24,10 @@ discounted sum of the m rewards and s' the state m steps later), 0 where it term
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, List, Protocol
+from typing import Any, ClassVar, List, Protocol
 
 import torch
 from omegaconf import MISSING
@@ -74,6 +75,14 @@ class AgentConfig:
     # The state torso (rs_lightning.agents.networks.NetworkConfig), from the top-level
     # ``network`` section (conf/network/*.yaml), set by the config check; None: the MLP.
     network: Any = None
+
+    # Fields the config check fills from other sections, absent from conf/agent/*.yaml.
+    FILLED_BY_CHECK: ClassVar[tuple[str, ...]] = ("network",)
+
+    @classmethod
+    def yaml_fields(cls) -> set[str]:
+        """The fields an agent's YAML file holds."""
+        return {f.name for f in dataclasses.fields(cls)} - set(cls.FILLED_BY_CHECK)
 
     def check(self) -> None:
         """Raise ``ValueError("key: what is allowed")`` for values out of range."""
