@@ -62,6 +62,7 @@ def assert_every_job_kept(sweep_dir: Path) -> None:
         assert (job / ".hydra" / "overrides.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_submitit_local_runs_a_multirun_to_completion(tmp_path):
     require("hydra_plugins.hydra_submitit_launcher", "test")
     sweep_dir = tmp_path / "sweep"

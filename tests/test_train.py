@@ -173,6 +173,7 @@ def test_missing_checkpoint_is_a_config_error(compose, tmp_path):
         run(quick(compose, f"ckpt_path={tmp_path / 'nothing.ckpt'}"), run_dir=tmp_path / "r")
 
 
+@pytest.mark.slow
 def test_rs_umdqn_c_quick_run_from_the_command_line(tmp_path):
     run_dir = tmp_path / "run"
     result = train_cli(
@@ -201,6 +202,7 @@ def test_compiled_agent_trains_like_the_eager_one(compose, tmp_path):
     assert compiled["expectation"] == pytest.approx(eager["expectation"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_a_support_too_narrow_for_the_learned_law_is_warned_of_once(tmp_path):
     """C51 on risky rewards with the support [-0.3, 0.3]: the goals' +-1 returns pile on the
     end atoms, and the run says so once, naming the keys; the default support says nothing."""
