@@ -110,13 +110,7 @@ def objective_references(
     others = static_references(env_config, utility)
     if not others:
         return references
-    references.update(
-        static_optimum=others["static_optimum"],
-        static_optimum_path=others["static_optimum_path"],
-        static_gap=max(others["static_optimum"] - own, 0.0),
-        per_decision_path=others["per_decision_path"],
-        per_decision_static_utility=others["per_decision_static_utility"],
-    )
+    references.update(others, static_gap=max(others["static_optimum"] - own, 0.0))
     return references
 
 
@@ -129,8 +123,6 @@ def tabular_objective_references(
     ``per_decision_path`` is the nominal path of the per-decision fixed point (the states
     it visits when no move slips, ``row,column`` on grid-shaped maps). Needs gamma < 1 (the
     learner's laws bootstrap through the time limit)."""
-    if float(env_config.gamma) >= 1.0:
-        return None
     model = _tabular_model(env_config)
     if model is None:
         return None
@@ -145,6 +137,10 @@ _TABULAR_MODELS: dict[str, Optional[tabular_references.TabularModel]] = {}
 
 
 def _tabular_model(env_config) -> Optional[tabular_references.TabularModel]:
+    """The model of a small tabular environment whose references apply (gamma < 1: the
+    learner's laws bootstrap through the time limit), or None."""
+    if float(env_config.gamma) >= 1.0:
+        return None
     kwargs = dict(env_config.kwargs or {})
     max_episode_steps = getattr(env_config, "max_episode_steps", None)
     key = repr((env_config.id, sorted(kwargs.items()), max_episode_steps))
@@ -167,7 +163,7 @@ def static_references(env_config, utility: Utility) -> Optional[dict[str, Any]]:
     ``tabular_references.policy_free_references``), or None elsewhere and for a measure
     without a closed form on a Gaussian mixture."""
     if not env_config.grid_size:
-        if float(env_config.gamma) >= 1.0 or (model := _tabular_model(env_config)) is None:
+        if (model := _tabular_model(env_config)) is None:
             return None
         return tabular_references.policy_free_references(model, utility,
                                                          float(env_config.gamma)) or None
