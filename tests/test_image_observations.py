@@ -207,11 +207,15 @@ def test_a_byte_replay_memory_samples_what_a_float_one_does():
     assert all(torch.equal(a, b) for a, b in zip(restored.sample(16), memories[0].sample(16)))
 
 
+# A small CNN on the byte-image corridor, checkpointed at update 50.
+CORRIDOR_CNN = ["env=gym", "env.id=tests.gym_test_envs:ImageCorridor-v0", "network=cnn",
+                "network.layout=channels_first", "network.channels=[4]", "logger=none",
+                "callbacks.progress_bar=false", "learning.warmup_steps=20",
+                "trainer.checkpoint_every_n_steps=50"]
+
+
 def test_a_cnn_run_resumes_exactly(compose, tmp_path):
-    overrides = ["env=gym", "env.id=tests.gym_test_envs:ImageCorridor-v0", "network=cnn",
-                 "network.layout=channels_first", "network.channels=[4]", "agent=qr_dqn",
-                 "logger=none", "callbacks.progress_bar=false", "trainer.max_steps=120",
-                 "learning.warmup_steps=20", "trainer.checkpoint_every_n_steps=50",
+    overrides = [*CORRIDOR_CNN, "agent=qr_dqn", "trainer.max_steps=120",
                  "evaluation.every_n_steps=60", "evaluation.episodes=30",
                  "evaluation.episodes_during_training=10"]
     full = run(compose(overrides), run_dir=tmp_path / "full")
@@ -226,12 +230,8 @@ def test_a_cnn_run_resumes_exactly(compose, tmp_path):
 
 def test_a_static_cnn_run_keeps_its_return_features_exact(compose, tmp_path):
     """objective=static appends (c, gamma^t, b) to a byte image: the replay then holds floats."""
-    overrides = ["env=gym", "env.id=tests.gym_test_envs:ImageCorridor-v0", "network=cnn",
-                 "network.layout=channels_first", "network.channels=[4]", "agent=c51",
-                 "objective=static", "logger=none", "callbacks.progress_bar=false",
-                 "trainer.max_steps=60", "learning.warmup_steps=20",
-                 "trainer.checkpoint_every_n_steps=50", "evaluation.every_n_steps=0",
-                 "evaluation.episodes=10"]
+    overrides = [*CORRIDOR_CNN, "agent=c51", "objective=static", "trainer.max_steps=60",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=10"]
     run(compose(overrides), run_dir=tmp_path / "static")
     checkpoint = tmp_path / "static" / "checkpoints" / "step0000050.ckpt"
     replay = torch.load(checkpoint, weights_only=True)["ExperienceDataModule"]["collector"]["replay"]
