@@ -159,6 +159,44 @@ def test_run_stopped_by_sigterm_saves_its_state_and_the_same_command_resumes_it(
     assert csv_steps(stopped) == csv_steps(tmp_path / "full")
 
 
+def test_a_stop_inside_a_logging_window_resumes_to_the_same_metrics(compose, tmp_path,
+                                                                   monkeypatch):
+    """SIGTERM right after an episode ends, between two train/ rows: the episodes of the open
+    window travel in the checkpoint, so the resumed run's metrics.csv equals the
+    uninterrupted run's, value for value (but the wall-clock speed)."""
+    from rs_lightning.engine.learner import QLearning
+    from rs_lightning.jobs import run_job
+
+    overrides = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "agent=dqn",
+                 "trainer.checkpoint_every_n_steps=0"]
+    run(compose(overrides), run_dir=tmp_path / "full")
+    real = QLearning._log_episodes
+    stopped_at = []
+
+    def signalled(self, k, step, *args):
+        real(self, k, step, *args)
+        if step % 50 > 10 and step > 100 and not stopped_at:  # log rows come every 50 steps
+            stopped_at.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered before the next bytecode
+
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    monkeypatch.chdir(stopped)
+    with monkeypatch.context() as patch:
+        patch.setattr(QLearning, "_log_episodes", signalled)
+        with pytest.raises(SystemExit) as stop:
+            run_job(compose(overrides))
+    assert stop.value.code == 143 and stopped_at
+    run_job(compose(overrides))
+    assert csv_rows(stopped) == csv_rows(tmp_path / "full")
+
+
+def csv_rows(run_dir) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as file:
+        return [{k: v for k, v in row.items() if k != "train/steps_per_second"}
+                for row in csv.DictReader(file)]
+
+
 def csv_steps(run_dir) -> list[tuple[int, str]]:
     """(step, logged keys) of each row of a run's metrics.csv."""
     with open(run_dir / "csv" / "metrics.csv", newline="") as file:

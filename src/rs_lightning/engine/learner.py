@@ -491,6 +491,9 @@ class QLearning(pl.LightningModule):
             **conditioned,
             "behaviour": self.behaviour.state_dict(chosen),
             "episodes": [self._episodes[k] for k in chosen],
+            # Episodes ended since the last train/ row: a resumed run logs the same row.
+            "window_returns": [list(self._window_returns[k]) for k in chosen],
+            "window_outcomes": [list(self._window_outcomes[k]) for k in chosen],
             "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_global_state(),
             "agent_class": type(self.agent.networks()[0]).__name__,
@@ -507,6 +510,9 @@ class QLearning(pl.LightningModule):
                                               state.get("setting_generators", [])):
             generator.bit_generator.state = generator_state
         self._episodes = list(state["episodes"])
+        members = len(self._episodes)
+        self._window_returns = [list(r) for r in state.get("window_returns", [[]] * members)]
+        self._window_outcomes = [list(o) for o in state.get("window_outcomes", [[]] * members)]
         self.skipped_updates = state.get("skipped_updates", 0)
         self.clock.before = state.get("train_seconds", 0.0)
         torch.set_rng_state(state["torch_rng"])
