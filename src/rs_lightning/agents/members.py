@@ -153,6 +153,9 @@ class LoopedMembers(Members):
         first = agents[0]
         super().__init__(len(agents), first.problem, first.config)
         self.agents = nn.ModuleList(agents)
+        # Each member's parameter list, made at the first clipping (on the training device):
+        # walking the modules for it every update costs a few percent of a DQN step.
+        self._parameter_lists: list[list[nn.Parameter]] | None = None
 
     def return_distribution(self, obs: Tensor) -> ReturnDistribution:
         laws = [agent.return_distribution(obs[k]) for k, agent in enumerate(self.agents)]
@@ -180,8 +183,10 @@ class LoopedMembers(Members):
         return losses, metrics
 
     def clip_gradients(self, max_norm: float) -> Tensor:
-        norms = [torch.nn.utils.clip_grad_norm_(agent.parameters(), max_norm, foreach=True)
-                 for agent in self.agents]
+        if self._parameter_lists is None:
+            self._parameter_lists = [list(agent.parameters()) for agent in self.agents]
+        norms = [torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=True)
+                 for parameters in self._parameter_lists]
         return norms[0].unsqueeze(0) if len(norms) == 1 else torch.stack(norms)
 
     def member_agent(self, k: int) -> Agent:

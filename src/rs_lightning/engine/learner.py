@@ -264,11 +264,11 @@ class QLearning(pl.LightningModule):
         return self.behaviour.epsilon
 
     # ----------------------------------------------------------------- acting
-    @torch.no_grad()
     def explore(self, obs: np.ndarray, env_step: int,
                 settings: EpisodeSettings | None = None) -> np.ndarray:
         """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``; a
-        risk-conditioned run acts at the copies' ``settings`` (None: the run's own)."""
+        risk-conditioned run acts at the copies' ``settings`` (None: the run's own). Each
+        route acts through the agents' ``greedy_action``, which runs without gradients."""
         if self.static is not None:
             return self.behaviour(obs, env_step, self._greedy_static)
         if self.conditioning is None:
@@ -378,7 +378,7 @@ class QLearning(pl.LightningModule):
         if update == self._nan_parameters_at:
             with torch.no_grad():
                 next(self.agent.parameters()).fill_(float("nan"))
-        step = self.global_step  # counts the update just made
+        step = update  # global_step now counts it
         if step % self.learning.target_update_period == 0:
             self.target_agent.load_state_dict(self.agent.state_dict())
 
