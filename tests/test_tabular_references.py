@@ -213,6 +213,69 @@ def test_alpha_zero_static_cvar_optimum_matches_the_exact_cvar_of_a_deterministi
     assert best.utility == pytest.approx(lower_tail_mean(values, probs, RHO), abs=2e-3)
 
 
+def lucky_first_stage(risky_win: float = 0.7) -> tr.TabularModel:
+    """Two steps: a fair coin pays 1 or 0, then the same state offers 0 (safe) or a gamble
+    of +2 / -2 (win with ``risky_win``). No policy of the state alone tells the two first
+    stages apart; the static optimum plays safe after the lucky one."""
+    transitions = {
+        0: {a: [(0.5, 1, 1.0, False), (0.5, 1, 0.0, False)] for a in (0, 1)},
+        1: {0: [(1.0, 1, 0.0, True)],
+            1: [(risky_win, 1, 2.0, True), (1.0 - risky_win, 1, -2.0, True)]},
+    }
+    return tr.model_from_transitions(transitions, np.array([1.0, 0.0]), horizon=2)
+
+
+def brute_force_static_var(model_win: float, alpha: float, rho: float, gamma: float
+                           ) -> tuple[float, float]:
+    """The best U over the four policies of the first stage's outcome, and the best over
+    the two that ignore it (of the state alone)."""
+    utilities = {}
+    for after_one, after_zero in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+        values, probs = [], []
+        for first, choice in ((1.0, after_one), (0.0, after_zero)):
+            outcomes = [(0.0, 1.0)] if choice == 0 else [(2.0, model_win), (-2.0, 1 - model_win)]
+            for second, p in outcomes:
+                values.append(first + gamma * second)
+                probs.append(0.5 * p)
+        order = np.argsort(values)
+        mean = float(np.dot(values, probs))
+        var = lower_quantile(np.array(values)[order], np.array(probs)[order], rho)
+        utilities[after_one, after_zero] = alpha * mean + (1 - alpha) * var
+    return max(utilities.values()), max(utilities[0, 0], utilities[1, 1])
+
+
+@pytest.mark.parametrize("alpha, randomised", [(0.0, 1.0), (0.5, 0.99)])
+def test_static_var_bounds_enclose_the_history_dependent_optimum(alpha, randomised):
+    """Safe after the lucky coin, the gamble after the other: U 0.93 at alpha 0.5 (VaR_0.2
+    1.0), where a policy of the state alone gets at most 0.25. The upper bound is the
+    optimum over randomised policies, which spend the shortfall budget left (0.2 - 0.15) on
+    the gamble after the lucky coin one time in three: E 0.86 + 0.5 x 1/3 x 0.9 x 0.8 = 0.98,
+    U 0.99; with alpha 0 there is nothing to gain by it and the bounds meet at VaR 1.0."""
+    gamma, rho = 0.9, 0.2
+    best, markov = brute_force_static_var(0.7, alpha, rho, gamma)
+    assert best > markov + 0.5
+    bounds = tr.static_var_optimum(lucky_first_stage(0.7), alpha, rho, gamma)
+    # Both bounds hold on the threshold grid, so within about its spacing (here 0.01).
+    spacing = 0.01
+    assert bounds.utility == pytest.approx(best, abs=spacing)  # found the best policy
+    assert bounds.upper == pytest.approx(randomised, abs=spacing)
+    assert bounds.threshold == pytest.approx(1.0, abs=spacing)  # its VaR_0.2 level
+
+
+def test_static_var_bounds_on_cliff_walking(cliff, coarse):
+    utility = Utility(0.5, "var", {"rho": RHO})
+    bounds = tr.static_var_optimum(cliff, 0.5, RHO, GAMMA)
+    fixed_point = tr.per_decision_fixed_point(cliff, utility, GAMMA, grid=coarse)
+    lanes = [tr.static_utility(cliff, lane_policy(row), utility, GAMMA, coarse) for row in (0, 1, 2)]
+    # Every policy evaluated on its own stays below the upper bound, and the bounds are close.
+    assert max(*lanes, fixed_point.static_utility, bounds.utility) <= bounds.upper + 1e-6
+    assert bounds.upper - max(fixed_point.static_utility, bounds.utility) < 0.1
+    pure = tr.static_var_optimum(cliff, 0.0, RHO, GAMMA)  # alpha 0: the bounds meet
+    assert pure.upper == pytest.approx(pure.utility, abs=1e-9)
+    assert pure.utility >= max(tr.static_utility(cliff, lane_policy(row), Utility(0.0, "var", {"rho": RHO}),
+                                                 GAMMA, coarse) for row in (0, 1, 2)) - 0.1
+
+
 # ----------------------------------------------------------------- which environments
 
 
@@ -239,6 +302,12 @@ def test_references_on_frozen_lake():
     assert 0.0 <= out["exact_static_utility"] <= out["static_optimum"] + 1e-3
     wang = tr.references(model, policy, Utility(0.5, "wang", {"eta": -0.75}), 0.99)
     assert set(wang) == {"exact_static_utility"}
+    var = tr.references(model, policy, Utility(0.5, "var", {"rho": RHO}), 0.99)
+    assert set(var) == {"exact_static_utility", "per_decision_path",
+                        "per_decision_static_utility", "static_optimum", "static_gap",
+                        "static_optimum_upper", "static_gap_upper"}
+    assert var["exact_static_utility"] <= var["static_optimum"] <= var["static_optimum_upper"]
+    assert 0.0 <= var["static_gap"] <= var["static_gap_upper"]
 
 
 def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_path):
@@ -252,15 +321,19 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
     assert lane_rows(summary["per_decision_path"]) == {1}  # alpha 0.5 with VaR_0.1
     assert summary["per_decision_static_utility"] == pytest.approx(-15.19, abs=0.05)
     assert np.isfinite(summary["exact_static_utility"])
-    assert "static_optimum" not in summary  # none for VaR (module docstring)
-    # The results' exact table shows the reference beside empty exact E, VaR, CVaR cells.
+    # VaR: the optimum is bounded (module docstring, "Static VaR"): the per-decision policy
+    # one row up is the best policy examined, and the Lagrangian bound lies 0.03 above it.
+    assert summary["static_optimum"] == pytest.approx(-15.19, abs=0.05)
+    assert summary["static_optimum_upper"] == pytest.approx(-15.16, abs=0.05)
+    assert summary["static_gap"] <= summary["static_gap_upper"]
+    # The results' exact table shows the references beside empty exact E, VaR, CVaR cells.
     from rs_lightning.results import collect, summarize, table_columns, table_rows
 
     table = summarize(collect(tmp_path))
     (cells,) = table_rows(table, "exact")
     shown = dict(zip(table_columns(table, "exact"), cells))
     assert shown["static U"] == f"{summary['exact_static_utility']:.3f}"
-    assert shown["E[S]"] == "" and shown["static optimum"] == ""
+    assert shown["E[S]"] == "" and shown["static optimum"] == f"{summary['static_optimum']:.3f}"
 
 
 def test_a_static_run_gets_the_references_that_need_no_policy(compose):

@@ -15,7 +15,8 @@ terminated)``. On such a model this module computes, in the environment's reward
   grid worlds);
 - :func:`static_optimum`: max U of the episode's discounted return over history-dependent
   policies, for the expectation (finite-horizon value iteration) and for
-  U = alpha E + (1 - alpha) CVaR_rho (Bauerle & Ott's augmented state, below).
+  U = alpha E + (1 - alpha) CVaR_rho (Bauerle & Ott's augmented state, below); bounds on it
+  for U = alpha E + (1 - alpha) VaR_rho (below).
 
 Laws live on a fixed uniform grid of atoms (:class:`ReturnGrid`, spacing ``delta``) that
 covers every discounted return the model allows. A value r + gamma z that falls between two
@@ -46,8 +47,24 @@ DP's value, delta_y the widest spacing the thresholds meet (a loose bound; measu
 walking: 1001, 2001 and 4001 thresholds give -15.920, -15.905 and -15.898, halving the
 difference each time, so 2001 is about 0.015 below the limit).
 
-The static optimum of U with VaR (no expected-utility form) is not computed: only a policy's
-own static utility is. Everything is pure numpy / torch on the model's arrays.
+Static VaR: alpha E[S] + (1 - alpha) VaR_rho[S] has no expected-utility form, and its best
+deterministic policy is a chance-constrained programme (the best alpha E among the policies
+with P(S < y) <= rho, then the best y: such a policy has VaR_rho >= y); it is bounded from
+both sides instead. For a penalty lambda, the policy of (state, step, remaining threshold)
+maximising E[alpha S - lambda 1{S < y}] comes from the same backward recursion as the CVaR
+one (the penalty of step t grows as gamma^-t: the indicator does not shrink with the
+discount, :func:`_shortfall_programme`), with its E[S] and P(S < y) for every start
+threshold y. Weak duality makes alpha E - lambda P + lambda rho an upper bound on the best
+alpha E of the feasible policies for any lambda, so the least over a range of lambdas
+(``VAR_PENALTY_EXPONENTS``) bounds the optimum from above; each policy met with
+P(S < y) <= rho attains at least alpha E + (1 - alpha) y, and the best of them, of the
+per-decision fixed point and of a learned policy bound it from below. With alpha = 0 the
+two meet (the least shortfall probability is an expected-utility programme). Both hold on
+the threshold grid (501 points: a threshold between two points is rounded to one of them
+at random, keeping its mean), within about its spacing of the true problem's: on cliff
+walking with alpha 0.5 and VaR_0.1 the optimum lies in [-15.189, -15.156] (the lower end is
+the per-decision policy one row up), and with alpha 0 both ends are -15.913.
+Everything is pure numpy / torch on the model's arrays.
 """
 
 from __future__ import annotations
@@ -74,6 +91,10 @@ MAX_ATOMS = 10001
 REWARD_FRACTION = 20
 # Points of the threshold grid of the static CVaR dynamic programme.
 THRESHOLDS = 2001
+# The static VaR programme: its threshold grid, and the penalties of its Lagrangian,
+# (return range) x 2^k, besides 0 (module docstring, "Static VaR").
+VAR_THRESHOLDS = 501
+VAR_PENALTY_EXPONENTS = tuple(range(-8, 5))
 # The learner's laws are iterated until no atom's CDF moves by more than this.
 TOLERANCE = 1e-8
 MAX_SWEEPS = 3000
@@ -509,10 +530,18 @@ def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float
 @dataclass(frozen=True)
 class StaticOptimum:
     """max U of the episode's discounted return over policies of (state, step, return so
-    far); ``threshold`` is the optimal b of the CVaR form (None for the expectation)."""
+    far); ``threshold`` is the optimal b of the CVaR form, or the VaR level the best policy
+    found guarantees (None for the expectation). With VaR, ``utility`` is what that policy
+    attains (a lower bound) and ``upper`` the Lagrangian bound above the optimum; for the
+    others the two are the same number."""
 
     utility: float
     threshold: float | None
+    upper: float | None = None
+
+    @property
+    def upper_bound(self) -> float:
+        return self.utility if self.upper is None else self.upper
 
 
 def _horizon(model: TabularModel, gamma: float) -> int:
@@ -538,43 +567,138 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
     """max over policies of (state, step, return so far) of
     alpha E[S] + (1 - alpha) CVaR_rho[S], S = sum_{t < H} gamma^t r_t (module docstring)."""
     kappa = (1.0 - alpha) / rho
+    grid = _threshold_setup(model, gamma, thresholds)
+    ys = grid.ys
+    ended = np.stack([alpha * r - kappa * np.maximum(ys - r, 0.0) for r in grid.rewards])
+    w = -kappa * np.maximum(ys, 0.0)[None, :].repeat(model.n_states, 0)  # W_H
+    for t in range(grid.horizon - 1, -1, -1):
+        mean = grid.best_mean[t + 1][:, None]
+        outcome_values = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
+        for i, r in enumerate(grid.rewards):
+            lower, share, below, above = grid.positions[i]
+            value = w[:, lower] * (1.0 - share) + w[:, lower + 1] * share
+            # Outside the returns' range the threshold is never / always crossed.
+            value = np.where(below[None, :], alpha * mean, value)
+            value = np.where(above[None, :], (alpha + kappa) * mean - kappa * grid.queries[i],
+                             value)
+            outcome_values[i, :-1] = alpha * r + gamma * value
+            outcome_values[i, -1] = ended[i]
+        w = grid.action_values(outcome_values).max(1)
+    totals = (1.0 - alpha) * ys + model.start @ w
+    best = int(np.argmax(totals))
+    return StaticOptimum(float(totals[best]), float(ys[best]))
+
+
+@dataclass(frozen=True, eq=False)
+class _ThresholdGrid:
+    """What the threshold programmes share: the thresholds ``ys``, the horizon, the
+    expectation-optimal values by step, and, per reward r, where the next state's threshold
+    (y - r) / gamma falls on the grid (``positions[i]``: lower neighbour, share of the upper
+    one, below / above every return)."""
+
+    model: TabularModel
+    ys: np.ndarray
+    horizon: int
+    best_mean: np.ndarray
+    rewards: np.ndarray
+    queries: list[np.ndarray]
+    positions: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    reward_index: np.ndarray
+    leads_to: np.ndarray
+
+    def action_values(self, outcome_values: np.ndarray) -> np.ndarray:
+        """Sum over outcomes of p x the value of the outcome -> ``[S, A, Y]``, from each
+        reward's values ``outcome_values[R, S + 1, Y]`` (row S: the episode ended)."""
+        model = self.model
+        q = np.zeros((model.n_states, model.n_actions, len(self.ys)))
+        for k in range(model.probs.shape[-1]):
+            q += (model.probs[..., k, None]
+                  * outcome_values[self.reward_index[..., k], self.leads_to[..., k]])
+        return q
+
+
+def _threshold_setup(model: TabularModel, gamma: float, thresholds: int) -> _ThresholdGrid:
     horizon = _horizon(model, gamma)
     low, high = return_bounds(model, gamma)
     start_value, best_mean = optimal_expectation(model, gamma)
     ys = threshold_grid(low, high, start_value, thresholds)
     rewards = np.unique(model.rewards[model.probs > 0])
-    # Where the threshold (y - r) / gamma of the next state lies on the grid, per reward.
-    queries = {float(r): (ys - r) / gamma for r in rewards}
-    positions = {}
-    for r, q in queries.items():
+    queries = [(ys - r) / gamma for r in rewards]
+    positions = []
+    for q in queries:
         lower = np.clip(np.searchsorted(ys, q, side="right") - 1, 0, len(ys) - 2)
         share = np.clip((q - ys[lower]) / (ys[lower + 1] - ys[lower]), 0.0, 1.0)
-        positions[r] = (lower, share, q < low, q > high)
+        positions.append((lower, share, q < low, q > high))
     # Each outcome's reward (its index in ``rewards``) and where it leads: a terminal
     # outcome leads to a row n_states that holds the value of ending with that reward.
     reward_index = np.searchsorted(rewards, model.rewards).clip(0, len(rewards) - 1)
     leads_to = np.where(model.terminal, model.n_states, model.next_states)
-    ended = np.stack([alpha * r - kappa * np.maximum(ys - r, 0.0) for r in rewards])
-    w = -kappa * np.maximum(ys, 0.0)[None, :].repeat(model.n_states, 0)  # W_H
-    for t in range(horizon - 1, -1, -1):
-        mean = best_mean[t + 1][:, None]
-        outcome_values = np.empty((len(rewards), model.n_states + 1, len(ys)))
-        for i, r in enumerate(rewards):
-            lower, share, below, above = positions[float(r)]
-            value = w[:, lower] * (1.0 - share) + w[:, lower + 1] * share
-            # Outside the returns' range the threshold is never / always crossed.
-            value = np.where(below[None, :], alpha * mean, value)
-            value = np.where(above[None, :], (alpha + kappa) * mean - kappa * queries[float(r)],
-                             value)
-            outcome_values[i, :-1] = alpha * r + gamma * value
-            outcome_values[i, -1] = ended[i]
-        q = np.zeros((model.n_states, model.n_actions, len(ys)))
-        for k in range(model.probs.shape[-1]):
-            q += model.probs[..., k, None] * outcome_values[reward_index[..., k], leads_to[..., k]]
-        w = q.max(1)
-    totals = (1.0 - alpha) * ys + model.start @ w
-    best = int(np.argmax(totals))
-    return StaticOptimum(float(totals[best]), float(ys[best]))
+    return _ThresholdGrid(model, ys, horizon, best_mean, rewards, queries, positions,
+                          reward_index, leads_to)
+
+
+def _shortfall_programme(grid: _ThresholdGrid, alpha: float, gamma: float, penalty: float
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """For every start threshold y, the policy of (state, step, remaining threshold) that
+    maximises E[alpha S - penalty 1{S < y}]: its E[S] and P(S < y), averaged over the start
+    distribution -> two arrays over ``grid.ys``.
+
+    After t steps and return c, S < y is S_t < y_t = (y - c) / gamma^t for the rest S_t of
+    the episode, and alpha S = alpha c + gamma^t alpha S_t: the rest maximises
+    E[alpha S_t - penalty gamma^-t 1{S_t < y_t}], a criterion each later step keeps (the
+    policy's E and P are carried, not one value, because the two parts discount apart).
+    """
+    model, ys = grid.model, grid.ys
+    short_now = (ys > 0.0).astype(float)  # at the time limit the rest of the return is 0
+    e = np.zeros((model.n_states, len(ys)))
+    p = np.repeat(short_now[None, :], model.n_states, 0)
+    for t in range(grid.horizon - 1, -1, -1):
+        mean = grid.best_mean[t + 1][:, None]
+        next_e = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
+        next_p = np.empty_like(next_e)
+        for i, r in enumerate(grid.rewards):
+            lower, share, below, above = grid.positions[i]
+            # Never short below the returns' range, always above it: the rest of the episode
+            # then only maximises E (the expectation-optimal values).
+            for out, now, never, always, gain, discount in ((next_e, e, mean, mean, r, gamma),
+                                                            (next_p, p, 0.0, 1.0, 0.0, 1.0)):
+                value = now[:, lower] * (1.0 - share) + now[:, lower + 1] * share
+                value = np.where(below[None, :], never, value)
+                value = np.where(above[None, :], always, value)
+                out[i, :-1] = gain + discount * value
+            next_e[i, -1] = r
+            next_p[i, -1] = (r < ys).astype(float)
+        q_e, q_p = grid.action_values(next_e), grid.action_values(next_p)
+        best = (alpha * q_e - penalty * gamma ** -t * q_p).argmax(1)[:, None, :]
+        e = np.take_along_axis(q_e, best, 1)[:, 0]
+        p = np.take_along_axis(q_p, best, 1)[:, 0]
+    return model.start @ e, model.start @ p
+
+
+def static_var_optimum(model: TabularModel, alpha: float, rho: float, gamma: float,
+                       thresholds: int = VAR_THRESHOLDS) -> StaticOptimum:
+    """Bounds on max over policies of (state, step, return so far) of
+    alpha E[S] + (1 - alpha) VaR_rho[S] (module docstring, "Static VaR")."""
+    grid = _threshold_setup(model, gamma, thresholds)
+    ys = grid.ys
+    low, high = return_bounds(model, gamma)
+    scale = max(high - low, 1e-12)
+    upper = np.full(len(ys), np.inf)
+    best, level = -np.inf, None
+    for penalty in [0.0] + [scale * 2.0 ** k for k in VAR_PENALTY_EXPONENTS]:
+        e, p = _shortfall_programme(grid, alpha, gamma, penalty)
+        # Weak duality: any penalty bounds the best alpha E of the policies with
+        # P(S < y) <= rho from above.
+        upper = np.minimum(upper, alpha * e - penalty * p + penalty * rho)
+        # A policy with P(S < y) <= rho has VaR_rho[S] >= y: it attains at least this.
+        feasible = p <= rho * (1.0 - 1e-9)
+        if feasible.any():
+            candidates = np.where(feasible, alpha * e + (1.0 - alpha) * ys, -np.inf)
+            j = int(np.argmax(candidates))
+            if candidates[j] > best:
+                best, level = float(candidates[j]), float(ys[j])
+    upper_value = float(np.max((1.0 - alpha) * ys + upper))
+    return StaticOptimum(best, level, max(upper_value, best))
 
 
 def threshold_grid(low: float, high: float, start_value: float, points: int = THRESHOLDS
@@ -591,12 +715,14 @@ def threshold_grid(low: float, high: float, start_value: float, points: int = TH
 
 def static_optimum(model: TabularModel, utility: Utility, gamma: float
                    ) -> StaticOptimum | None:
-    """The static optimum for the expectation and for alpha E + (1 - alpha) CVaR_rho; None
-    for other measures (VaR has no expected-utility form to run a DP on)."""
+    """The static optimum for the expectation and for alpha E + (1 - alpha) CVaR_rho, and
+    bounds on it for alpha E + (1 - alpha) VaR_rho; None for other measures."""
     if utility.alpha == 1.0 or utility.risk == "expectation":
         return StaticOptimum(optimal_expectation(model, gamma)[0], None)
     if utility.risk == "cvar":
         return static_cvar_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
+    if utility.risk == "var":
+        return static_var_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
     return None
 
 
@@ -609,13 +735,18 @@ REFERENCE_RISKS = ("expectation", "var", "cvar")
 def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float
                ) -> dict[str, Any]:
     """What ``eval.json`` carries on a tabular environment (the grid worlds' keys):
-    ``exact_static_utility`` of ``policy``; with E, VaR or CVaR also ``per_decision_path``
-    and ``per_decision_static_utility``; with E or CVaR ``static_optimum`` and
-    ``static_gap``."""
+    ``exact_static_utility`` of ``policy``; with E, VaR or CVaR also ``per_decision_path``,
+    ``per_decision_static_utility``, ``static_optimum`` and ``static_gap``; with VaR, whose
+    optimum is bounded, ``static_optimum`` is the best policy examined (a lower bound, so
+    ``static_gap`` is too) and ``static_optimum_upper`` / ``static_gap_upper`` the bounds
+    above."""
     key = _model_key(model)
     own = static_utility(model, np.asarray(policy), utility, gamma, _cached_grid(key, gamma))
     out: dict[str, Any] = {"exact_static_utility": own}
     out.update(policy_free_references(model, utility, gamma))
+    if "static_optimum_upper" in out:  # VaR: the learned policy is one more policy too
+        out["static_optimum"] = max(out["static_optimum"], own)
+        out["static_gap_upper"] = out["static_optimum_upper"] - own
     if "static_optimum" in out:
         out["static_gap"] = max(out["static_optimum"] - own, 0.0)
     return out
@@ -625,8 +756,8 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
                            ) -> dict[str, Any]:
     """The references of :func:`references` that need no learned policy (what a static
     run, whose policy is not one of the states alone, gets): with E, VaR or CVaR
-    ``per_decision_path`` and ``per_decision_static_utility``; with E or CVaR
-    ``static_optimum``."""
+    ``per_decision_path`` and ``per_decision_static_utility``; with E, VaR or CVaR
+    ``static_optimum`` (and with VaR ``static_optimum_upper``)."""
     if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
         return {}
     key = _model_key(model)
@@ -636,6 +767,9 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
     best = _cached_optimum(key, gamma, _utility_key(utility))
     if best is not None:
         out["static_optimum"] = best.utility
+        if best.upper is not None:  # VaR: bounds; the per-decision policy is one more policy
+            out["static_optimum"] = max(best.utility, fixed_point.static_utility)
+            out["static_optimum_upper"] = max(best.upper, out["static_optimum"])
     return out
 
 
@@ -682,5 +816,5 @@ __all__ = [
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
-    "static_optimum", "static_utility", "tabular_model",
+    "static_optimum", "static_utility", "static_var_optimum", "tabular_model",
 ]
