@@ -532,16 +532,12 @@ class StaticOptimum:
     """max U of the episode's discounted return over policies of (state, step, return so
     far); ``threshold`` is the optimal b of the CVaR form, or the VaR level the best policy
     found guarantees (None for the expectation). With VaR, ``utility`` is what that policy
-    attains (a lower bound) and ``upper`` the Lagrangian bound above the optimum; for the
-    others the two are the same number."""
+    attains (a lower bound) and ``upper`` the Lagrangian bound above the optimum (None for
+    the others, whose ``utility`` is the optimum itself)."""
 
     utility: float
     threshold: float | None
     upper: float | None = None
-
-    @property
-    def upper_bound(self) -> float:
-        return self.utility if self.upper is None else self.upper
 
 
 def _horizon(model: TabularModel, gamma: float) -> int:
@@ -575,12 +571,8 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
         mean = grid.best_mean[t + 1][:, None]
         outcome_values = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
         for i, r in enumerate(grid.rewards):
-            lower, share, below, above = grid.positions[i]
-            value = w[:, lower] * (1.0 - share) + w[:, lower + 1] * share
-            # Outside the returns' range the threshold is never / always crossed.
-            value = np.where(below[None, :], alpha * mean, value)
-            value = np.where(above[None, :], (alpha + kappa) * mean - kappa * grid.queries[i],
-                             value)
+            value = grid.at_next_threshold(w, i, alpha * mean,
+                                           (alpha + kappa) * mean - kappa * grid.queries[i])
             outcome_values[i, :-1] = alpha * r + gamma * value
             outcome_values[i, -1] = ended[i]
         w = grid.action_values(outcome_values).max(1)
@@ -598,6 +590,8 @@ class _ThresholdGrid:
 
     model: TabularModel
     ys: np.ndarray
+    low: float  # the returns' range (return_bounds)
+    high: float
     horizon: int
     best_mean: np.ndarray
     rewards: np.ndarray
@@ -605,6 +599,15 @@ class _ThresholdGrid:
     positions: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     reward_index: np.ndarray
     leads_to: np.ndarray
+
+    def at_next_threshold(self, values: np.ndarray, i: int, never, always) -> np.ndarray:
+        """``values[S, Y]`` (a function of the threshold) read at each next threshold
+        (y - r_i) / gamma, linearly between grid points; ``never`` / ``always`` where that
+        threshold lies below / above every return (never / always crossed)."""
+        lower, share, below, above = self.positions[i]
+        value = values[:, lower] * (1.0 - share) + values[:, lower + 1] * share
+        value = np.where(below[None, :], never, value)
+        return np.where(above[None, :], always, value)
 
     def action_values(self, outcome_values: np.ndarray) -> np.ndarray:
         """Sum over outcomes of p x the value of the outcome -> ``[S, A, Y]``, from each
@@ -633,8 +636,8 @@ def _threshold_setup(model: TabularModel, gamma: float, thresholds: int) -> _Thr
     # outcome leads to a row n_states that holds the value of ending with that reward.
     reward_index = np.searchsorted(rewards, model.rewards).clip(0, len(rewards) - 1)
     leads_to = np.where(model.terminal, model.n_states, model.next_states)
-    return _ThresholdGrid(model, ys, horizon, best_mean, rewards, queries, positions,
-                          reward_index, leads_to)
+    return _ThresholdGrid(model, ys, low, high, horizon, best_mean, rewards, queries,
+                          positions, reward_index, leads_to)
 
 
 def _shortfall_programme(grid: _ThresholdGrid, alpha: float, gamma: float, penalty: float
@@ -657,15 +660,10 @@ def _shortfall_programme(grid: _ThresholdGrid, alpha: float, gamma: float, penal
         next_e = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
         next_p = np.empty_like(next_e)
         for i, r in enumerate(grid.rewards):
-            lower, share, below, above = grid.positions[i]
             # Never short below the returns' range, always above it: the rest of the episode
             # then only maximises E (the expectation-optimal values).
-            for out, now, never, always, gain, discount in ((next_e, e, mean, mean, r, gamma),
-                                                            (next_p, p, 0.0, 1.0, 0.0, 1.0)):
-                value = now[:, lower] * (1.0 - share) + now[:, lower + 1] * share
-                value = np.where(below[None, :], never, value)
-                value = np.where(above[None, :], always, value)
-                out[i, :-1] = gain + discount * value
+            next_e[i, :-1] = r + gamma * grid.at_next_threshold(e, i, mean, mean)
+            next_p[i, :-1] = grid.at_next_threshold(p, i, 0.0, 1.0)
             next_e[i, -1] = r
             next_p[i, -1] = (r < ys).astype(float)
         q_e, q_p = grid.action_values(next_e), grid.action_values(next_p)
@@ -681,8 +679,7 @@ def static_var_optimum(model: TabularModel, alpha: float, rho: float, gamma: flo
     alpha E[S] + (1 - alpha) VaR_rho[S] (module docstring, "Static VaR")."""
     grid = _threshold_setup(model, gamma, thresholds)
     ys = grid.ys
-    low, high = return_bounds(model, gamma)
-    scale = max(high - low, 1e-12)
+    scale = max(grid.high - grid.low, 1e-12)
     upper = np.full(len(ys), np.inf)
     best, level = -np.inf, None
     for penalty in [0.0] + [scale * 2.0 ** k for k in VAR_PENALTY_EXPONENTS]:
