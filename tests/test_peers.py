@@ -3,6 +3,7 @@ install line (exit 2), the dry run's commands, and the scoring functions on made
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from pathlib import Path
@@ -134,9 +135,16 @@ def test_each_agent_has_a_cartpole_preset_on_top_of_the_common_one(compose, agen
     train = validate(compose([f"experiment=cartpole_fast_{agent}"])).train
     common = validate(compose(["experiment=cartpole_fast", f"agent={agent}"])).train
     assert train.agent["name"] == agent and train.env.id == "CartPole-v1"
-    # The loop is the common one; an agent's own file changes its network and horizon only.
+    # The loop is the common one; an agent's own file changes its network, its horizon and
+    # its update ratio, and keeps the benchmark's cap and evaluation period in transitions.
     assert train.env.num_envs == common.env.num_envs == 8
-    assert train.learning == common.learning
+    assert dataclasses.replace(train.learning, updates_per_step=0.125) == common.learning
+
+    def transitions(updates):
+        return updates / train.learning.updates_per_step
+
+    assert transitions(train.trainer.max_steps) == 100_000
+    assert transitions(train.evaluation.every_n_steps) == 2_000
 
 
 def test_merge_tables_benchmarks_saved_side_by_side(tmp_path, capsys):
