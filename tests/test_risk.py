@@ -931,3 +931,6 @@ def test_mass_at_the_ends_of_a_support():
     share = dist.mass_at_ends(-2.0, 2.0)
     assert torch.allclose(share, torch.tensor([0.3, 0.25]))  # 1.999 is within 0.004 of 2
     assert torch.allclose(dist.mass_at_ends(-5.0, 5.0), torch.zeros(2))
+    lower, upper = dist.mass_at_each_end(-2.0, 2.0)
+    assert torch.allclose(lower, torch.tensor([0.1, 0.05]))
+    assert torch.allclose(upper, torch.tensor([0.2, 0.2]))

@@ -79,3 +79,14 @@ def test_a_comma_list_without_multirun_says_to_add_m():
     assert result.stderr.strip().splitlines() == [(
         "Error in config: agent: 'dqn,c51' is several values: add -m (--multirun) to run one "
         "job per value, or write agent=[dqn,c51] for a list")]
+
+
+def test_eval_summary_holds_the_lower_quantiles_of_the_returns():
+    """Episodes of 0, 1, ..., 99 points: the lower q-quantile is the smallest return with at
+    least q of the episodes at or below it."""
+    summary = summarize_returns(np.arange(100.0), np.full(100, np.nan), Utility(1.0, "var", {}), 0.1)
+    quantiles = summary["return_quantiles"]
+    assert quantiles == {"0.01": 0.0, "0.05": 4.0, "0.1": 9.0, "0.25": 24.0, "0.5": 49.0,
+                         "0.75": 74.0, "0.9": 89.0, "0.95": 94.0, "0.99": 98.0}
+    assert quantiles["0.1"] == summary["var"]  # VaR_0.1 is the same rule
+    json.dumps(summary)

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -254,6 +255,9 @@ def test_a_support_too_narrow_for_the_learned_law_is_warned_of_once(tmp_path):
     assert "env.return_min / env.return_max" in warnings[0]
     share = float(warnings[0].split("put ")[1].split(" %")[0])
     assert share > 5.0
+    # Both goals' returns lie beyond the support: mass at each end, the two summing to the share.
+    lower, upper = (float(x) for x in re.findall(r"([\d.]+) % at", warnings[0]))
+    assert lower > 0 and upper > 0 and abs(lower + upper - share) <= 0.11
     default = train_cli("agent=c51", "debug=quick", "logger=csv", settled,
                         f"hydra.run.dir={tmp_path / 'default'}")
     assert default.returncode == 0, default.stderr[-3000:]

@@ -215,11 +215,18 @@ def summarize_returns(
     if utility.uses_risk or utility.params:  # at alpha 1 the measure may lack its parameters
         summary["risk_value"] = float(utility.risk_value(dist))
     summary["return_histogram"] = return_histogram(returns)
+    # The tails at a glance, exactly (a histogram of wide-ranging returns bins them coarsely).
+    summary["return_quantiles"] = {
+        f"{level:g}": float(value_at_risk(dist, level)) for level in RETURN_QUANTILE_LEVELS}
     if not np.isnan(outcomes).all():
         summary["risk_outcome"] = float(np.nanmean(outcomes))
         for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
             summary[f"risk_outcome_{name}"] = float(np.mean(outcomes == value))
     return summary
+
+
+# The levels of ``return_quantiles`` in eval.json: lower quantiles, as VaR_rho is one.
+RETURN_QUANTILE_LEVELS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
 def return_histogram(returns: np.ndarray, max_bins: int = 40) -> dict[str, list]:

@@ -88,19 +88,24 @@ def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
     batch's states put more than ``SUPPORT_END_MASS`` of their mass, on average over states
     and actions, at the ends of [``env.return_min``, ``env.return_max``]; returns that mass
     (the largest member's)."""
-    shares = []
+    ends = []  # (lower, upper) share of each member
     for k in range(obs.shape[0]):
         member = pl_module.member(k)  # a risk-conditioned member adds its setting to obs
         dist = member.return_distribution(obs[k])
         problem = member.agent.problem
-        shares.append(float(dist.mass_at_ends(problem.return_min, problem.return_max).mean()))
-    share = max(shares)
+        lower, upper = dist.mass_at_each_end(problem.return_min, problem.return_max)
+        ends.append((float(lower.mean()), float(upper.mean())))
+    lower, upper = max(ends, key=sum)
+    share = lower + upper
     if share > SUPPORT_END_MASS:
+        # Each end named: mass at an end the returns truly reach (0 when no reward is
+        # negative and an episode can end at once) is no clipping.
         log.warning(
             "after %d updates the learned return laws put %.1f %% of their mass at the ends of "
-            "the return support [%g, %g]: returns beyond it are clipped; widen "
+            "the return support [%g, %g] (%.1f %% at %g, %.1f %% at %g): returns beyond an end "
+            "are clipped to it, so unless the returns reach that end itself, widen "
             "env.return_min / env.return_max", step, 100 * share, problem.return_min,
-            problem.return_max)
+            problem.return_max, 100 * lower, problem.return_min, 100 * upper, problem.return_max)
     return share
 
 

@@ -215,7 +215,8 @@ def plot_learning_curves(
                 values = np.array([[r[metric] for r in run if r[x_key] in steps] for run in with_metric])
                 low, high = bootstrap_band(values, limits=METRIC_LIMITS.get(metric, (-np.inf, np.inf)))
                 ax = axes[row, column]
-                ax.plot(steps, values.mean(0), color=color, label=f"{agent} ({len(with_metric)} seeds)")
+                count = f"{len(with_metric)} seed{'' if len(with_metric) == 1 else 's'}"
+                ax.plot(steps, values.mean(0), color=color, label=f"{agent} ({count})")
                 ax.fill_between(steps, low, high, color=color, alpha=0.2)
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)

@@ -43,13 +43,19 @@ class ReturnDistribution(NamedTuple):
         """Index the batch dimensions (plain ``[]`` would select a field of the tuple)."""
         return ReturnDistribution(self.values[index], self.probs[index])
 
-    def mass_at_ends(self, low: float, high: float, tolerance: float = 1e-3) -> Tensor:
-        """P(Z <= low + t) + P(Z >= high - t), t = ``tolerance`` x (high - low): the mass a
-        law puts at or beyond the ends of the support [low, high] -> ``[...]``. A law on a
+    def mass_at_each_end(self, low: float, high: float, tolerance: float = 1e-3
+                         ) -> tuple[Tensor, Tensor]:
+        """(P(Z <= low + t), P(Z >= high - t)), t = ``tolerance`` x (high - low): the mass a
+        law puts at or beyond each end of the support [low, high], ``[...]`` each. A law on a
         fixed support piles there what the support clips."""
         margin = tolerance * (high - low)
-        outside = (self.values <= low + margin) | (self.values >= high - margin)
-        return (self.probs * outside).sum(-1)
+        return ((self.probs * (self.values <= low + margin)).sum(-1),
+                (self.probs * (self.values >= high - margin)).sum(-1))
+
+    def mass_at_ends(self, low: float, high: float, tolerance: float = 1e-3) -> Tensor:
+        """The mass at or beyond both ends of [low, high] (:meth:`mass_at_each_end`)."""
+        lower, upper = self.mass_at_each_end(low, high, tolerance)
+        return lower + upper
 
     def gather_actions(self, actions: Tensor) -> "ReturnDistribution":
         """Select one action per batch row from a ``[..., B, A, K]`` distribution with
