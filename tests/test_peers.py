@@ -138,7 +138,7 @@ def test_each_agent_has_a_cartpole_preset_on_top_of_the_common_one(compose, agen
     # The loop is the common one; an agent's own file changes its network, its horizon and
     # its update ratio, and keeps the benchmark's cap and evaluation period in transitions.
     assert train.env.num_envs == common.env.num_envs == 8
-    assert dataclasses.replace(train.learning, updates_per_step=0.125) == common.learning
+    assert dataclasses.replace(train.learning, updates_per_step=common.learning.updates_per_step) == common.learning
 
     def transitions(updates):
         return updates / train.learning.updates_per_step

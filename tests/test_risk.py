@@ -928,9 +928,8 @@ def test_mass_at_the_ends_of_a_support():
 
     dist = from_atoms(torch.tensor([[-2.0, -1.0, 0.0, 1.0, 2.0], [-3.0, -1.0, 0.0, 1.0, 1.999]]),
                       torch.tensor([[0.1, 0.2, 0.3, 0.2, 0.2], [0.05, 0.25, 0.3, 0.2, 0.2]]))
-    share = dist.mass_at_ends(-2.0, 2.0)
-    assert torch.allclose(share, torch.tensor([0.3, 0.25]))  # 1.999 is within 0.004 of 2
-    assert torch.allclose(dist.mass_at_ends(-5.0, 5.0), torch.zeros(2))
     lower, upper = dist.mass_at_each_end(-2.0, 2.0)
+    assert torch.allclose(lower + upper, torch.tensor([0.3, 0.25]))  # 1.999 is within 0.004 of 2
     assert torch.allclose(lower, torch.tensor([0.1, 0.05]))
     assert torch.allclose(upper, torch.tensor([0.2, 0.2]))
+    assert torch.allclose(sum(dist.mass_at_each_end(-5.0, 5.0)), torch.zeros(2))

@@ -15,6 +15,7 @@ from rs_lightning.agents import AGENTS
 from rs_lightning.engine.behaviour import AccumulatedReturns
 from rs_lightning.engine.build import build
 from rs_lightning.engine.learner import best_thresholds
+from rs_lightning.files import write_json_atomic
 from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.risk.static import StaticObjective
 from rs_lightning.schema import validate
@@ -221,7 +222,8 @@ def test_per_decision_leaves_the_quick_run_as_it_was(compose, tmp_path):
     # (return_quantiles): every number the run wrote then, to the last digit.
     summary = json.loads(text)
     del summary["return_quantiles"]
-    earlier = (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode()
+    write_json_atomic(tmp_path / "earlier_keys.json", summary)  # as runs write eval.json
+    earlier = (tmp_path / "earlier_keys.json").read_bytes()
     assert hashlib.sha256(earlier).hexdigest() == PER_DECISION_QUICK_EVAL
 
 

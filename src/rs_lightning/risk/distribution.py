@@ -52,11 +52,6 @@ class ReturnDistribution(NamedTuple):
         return ((self.probs * (self.values <= low + margin)).sum(-1),
                 (self.probs * (self.values >= high - margin)).sum(-1))
 
-    def mass_at_ends(self, low: float, high: float, tolerance: float = 1e-3) -> Tensor:
-        """The mass at or beyond both ends of [low, high] (:meth:`mass_at_each_end`)."""
-        lower, upper = self.mass_at_each_end(low, high, tolerance)
-        return lower + upper
-
     def gather_actions(self, actions: Tensor) -> "ReturnDistribution":
         """Select one action per batch row from a ``[..., B, A, K]`` distribution with
         ``actions[..., B]`` -> ``[..., B, K]``."""
