@@ -59,7 +59,6 @@ class ReplayMemory:
         self.position = 0
         self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
         self._arrays = {name: getattr(self, name).numpy() for name in FIELDS}  # shared memory
-        self._storage = [getattr(self, name) for name in FIELDS]
         # Every member's rows one after the other, [K * capacity, ...] (views: no copy).
         self._rows = [getattr(self, name).view(members * capacity, *getattr(self, name).shape[2:])
                       for name in FIELDS]
@@ -86,18 +85,16 @@ class ReplayMemory:
         """``batch_size`` transitions of every member, uniformly from its own memory ->
         fields ``[K, batch_size, ...]``."""
         index = torch.randint(self.size, (batch_size,), generator=self.generators[0])
-        if self.members == 1:  # one gather per field, [1, B, ...]
-            batch = Transitions(*(storage[:, index] for storage in self._storage))
-        else:
-            # One flat index into the members' rows: index_select is the cheapest gather.
+        if self.members > 1:  # one flat index into the members' rows
             index = torch.cat([index] + [
                 torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
                 for k, generator in enumerate(self.generators[1:], start=1)
             ])
-            batch = Transitions(*(
-                rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
-                for rows in self._rows
-            ))
+        # index_select is the cheapest gather (a third of indexing [K, capacity] by [:, index]).
+        batch = Transitions(*[
+            rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
+            for rows in self._rows
+        ])
         if self.compact:
             batch = batch._replace(obs=batch.obs.float(), next_obs=batch.next_obs.float())
         return batch

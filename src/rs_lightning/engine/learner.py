@@ -359,7 +359,7 @@ class QLearning(pl.LightningModule):
         if update == self._nan_loss_at:
             losses = losses + float("nan")
         loss = losses.sum()
-        optimizer.zero_grad(set_to_none=True)
+        self.agent.zero_gradients()
         if self._direct_backward:
             loss.backward()
             grad_norms = self.agent.clip_gradients(self.learning.grad_clip_norm)

@@ -368,10 +368,10 @@ class Utility:
         risk = self.risk_value(dist) if self.uses_risk else None
         return combine_utility(self.alpha, mean, risk)
 
-    @property
+    @functools.cached_property
     def greedy(self) -> UtilityArgmax:
         """argmax_a U[Z(s, a)], the agents' ``choose_action``: ``utility.greedy(dist)`` maps a
-        ``[B, A, K]`` distribution to actions ``[B]``."""
+        ``[B, A, K]`` distribution to actions ``[B]`` (made once: the loop asks every step)."""
         return UtilityArgmax(self)
 
 
