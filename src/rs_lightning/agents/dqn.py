@@ -65,9 +65,9 @@ class DQN(Agent):
             next_value = next_q.gather(-1, next_action.unsqueeze(-1)).squeeze(-1)
             td_target = batch.reward + batch.discount * next_value
         q = self.q_values(batch.obs).gather(-1, batch.action.unsqueeze(-1)).squeeze(-1)
-        if self.config.loss == "huber":
-            loss = F.smooth_l1_loss(q, td_target, reduction="none")
-        else:
-            loss = F.mse_loss(q, td_target, reduction="none")
-        # The mean over the batch: one loss per member when members are stacked.
-        return loss.mean(-1), {"q_mean": q.detach().mean(-1)}
+        loss_function = F.smooth_l1_loss if self.config.loss == "huber" else F.mse_loss
+        if self.members is None:  # the batch mean inside the loss: one autograd node fewer
+            loss = loss_function(q, td_target)
+        else:  # stacked members: one loss per member, the mean over each one's batch
+            loss = loss_function(q, td_target, reduction="none").mean(-1)
+        return loss, {"q_mean": q.detach().mean(-1)}
