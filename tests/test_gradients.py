@@ -99,3 +99,27 @@ def test_a_parameter_without_gradient_keeps_the_usual_path():
         assert gradients.flat is None and float(norm) > 0.5
         assert all(p.grad is None for p in unused.parameters())
     assert all(torch.equal(p, k) for p, k in zip(unused.parameters(), kept))
+
+
+def test_a_moved_module_gets_a_new_buffer():
+    """Moving the parameters (``module.to``, here to another dtype as a stand-in for another
+    device) moves their gradients out of the buffer: the next zeroing starts over."""
+    net = torch.nn.Linear(3, 2)
+    gradients = FlatGradients(list(net.parameters()))
+    for _ in range(2):
+        gradients.zero()
+        F.mse_loss(net(torch.ones(4, 3)), torch.zeros(4, 2)).backward()
+        gradients.clip(1.0)
+    assert gradients.flat is not None
+    net.to(torch.float64)
+    fresh = copy.deepcopy(net)
+    x, y = torch.ones(4, 3, dtype=torch.float64), torch.zeros(4, 2, dtype=torch.float64)
+    gradients.zero()
+    F.mse_loss(net(x), y).backward()
+    fresh.zero_grad(set_to_none=True)
+    F.mse_loss(fresh(x), y).backward()
+    # Zeroed, not added to the gradients that moved with the module.
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(net.parameters(), fresh.parameters()))
+    gradients.clip(1.0)
+    assert gradients.flat.dtype == torch.float64
+    assert all(p.grad is view for p, view in zip(net.parameters(), gradients.views))

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from rs_lightning.types import Transitions
 
@@ -58,6 +59,7 @@ class ReplayMemory:
         self.size = 0
         self.position = 0
         self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+        self._offsets = torch.zeros(0, dtype=torch.long)  # _member_offsets
         self._arrays = {name: getattr(self, name).numpy() for name in FIELDS}  # shared memory
         # Every member's rows one after the other, [K * capacity, ...] (views: no copy).
         self._rows = [getattr(self, name).view(members * capacity, *getattr(self, name).shape[2:])
@@ -86,10 +88,9 @@ class ReplayMemory:
         fields ``[K, batch_size, ...]``."""
         index = torch.randint(self.size, (batch_size,), generator=self.generators[0])
         if self.members > 1:  # one flat index into the members' rows
-            index = torch.cat([index] + [
-                torch.randint(self.size, (batch_size,), generator=generator) + k * self.capacity
-                for k, generator in enumerate(self.generators[1:], start=1)
-            ])
+            index = torch.cat([index] + [torch.randint(self.size, (batch_size,), generator=g)
+                                         for g in self.generators[1:]])
+            index += self._member_offsets(batch_size)
         # index_select is the cheapest gather (a third of indexing [K, capacity] by [:, index]).
         batch = Transitions(*[
             rows.index_select(0, index).view(self.members, batch_size, *rows.shape[1:])
@@ -98,6 +99,13 @@ class ReplayMemory:
         if self.compact:
             batch = batch._replace(obs=batch.obs.float(), next_obs=batch.next_obs.float())
         return batch
+
+    def _member_offsets(self, batch_size: int) -> Tensor:
+        """Where each member's rows start, for a batch of every member: ``k * capacity``
+        repeated ``batch_size`` times for each k (made once per batch size)."""
+        if self._offsets.numel() != self.members * batch_size:
+            self._offsets = torch.arange(self.members).repeat_interleave(batch_size) * self.capacity
+        return self._offsets
 
     def state_dict(self, members: Sequence[int] | None = None) -> dict[str, Any]:
         """The filled rows and the generators; ``members`` selects some members' memories
