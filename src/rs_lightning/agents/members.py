@@ -231,6 +231,9 @@ class LoopedMembers(Members):
         first = agents[0]
         super().__init__(len(agents), first.problem, first.config)
         self.agents = nn.ModuleList(agents)
+        # The same agents as a plain list for the per-step calls: indexing a ModuleList
+        # formats a string key each time.
+        self._agent_list = list(agents)
         # Each member's gradients, made at the first use (on the training device): walking
         # the modules for the parameters every update costs a few percent of a DQN step.
         self._gradients: list[FlatGradients] | None = None
@@ -243,15 +246,15 @@ class LoopedMembers(Members):
                                   torch.stack([law.probs for law in laws]))
 
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
-        if len(self.agents) == 1:
-            return self.agents[0].greedy_action(obs[0], rows_of(choose_action, 0)).unsqueeze(0)
+        if self.count == 1:
+            return self._agent_list[0].greedy_action(obs[0], rows_of(choose_action, 0)).unsqueeze(0)
         return torch.stack([agent.greedy_action(obs[k], rows_of(choose_action, k))
                             for k, agent in enumerate(self.agents)])
 
     def loss(self, batch, target, choose_action):
-        if len(self.agents) == 1:
-            loss, metrics = self.agents[0].loss(Transitions(*(f[0] for f in batch)),
-                                                target.agents[0], rows_of(choose_action, 0))
+        if self.count == 1:
+            loss, metrics = self._agent_list[0].loss(Transitions(*(f[0] for f in batch)),
+                                                     target._agent_list[0], rows_of(choose_action, 0))
             return loss.unsqueeze(0), {name: v.unsqueeze(0) for name, v in metrics.items()}
         results = [agent.loss(Transitions(*(f[k] for f in batch)), target.agents[k],
                               rows_of(choose_action, k))

@@ -277,8 +277,9 @@ class QLearning(pl.LightningModule):
 
     def _greedy_members(self, obs: np.ndarray) -> np.ndarray:
         obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
-        if self._on_gpu:
-            return self.agent.greedy_action(obs_t.to(self.device), self.utility.greedy).cpu().numpy()
+        device = self.device
+        if device.type != "cpu":
+            return self.agent.greedy_action(obs_t.to(device), self.utility.greedy).cpu().numpy()
         return self.agent.greedy_action(obs_t, self.utility.greedy).numpy()
 
     def _greedy_static(self, obs: np.ndarray) -> np.ndarray:
