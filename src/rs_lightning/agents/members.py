@@ -144,6 +144,7 @@ class Members(nn.Module, ABC):
         self.count = count
         self.problem = problem
         self.config = config
+        self._listed_parameters: list[nn.Parameter] | None = None  # parameter_list()
 
     @abstractmethod
     def return_distribution(self, obs: Tensor) -> ReturnDistribution:
@@ -170,10 +171,9 @@ class Members(nn.Module, ABC):
     def parameter_list(self) -> list[nn.Parameter]:
         """The parameters, listed once: walking the modules for them every update costs a
         few percent of a DQN step (they stay the same objects when the module moves)."""
-        listed = self.__dict__.get("_listed_parameters")
-        if listed is None:
-            listed = self.__dict__["_listed_parameters"] = list(self.parameters())
-        return listed
+        if self._listed_parameters is None:
+            self._listed_parameters = list(self.parameters())
+        return self._listed_parameters
 
     @abstractmethod
     def member_agent(self, k: int) -> Agent:

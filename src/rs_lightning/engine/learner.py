@@ -330,10 +330,6 @@ class QLearning(pl.LightningModule):
     def on_train_start(self) -> None:
         self.clock.start()
 
-    @property
-    def _on_gpu(self) -> bool:
-        return self.device.type != "cpu"
-
     def on_fit_start(self) -> None:
         # On one device without a gradient scaler, Lightning's manual_backward only adds hook
         # calls around loss.backward(), which cost about a sixth of a DQN step on a CPU.
