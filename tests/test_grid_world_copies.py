@@ -9,7 +9,7 @@ import torch
 
 import rs_lightning.envs  # noqa: F401
 from rs_lightning.envs import GRID_WORLDS, OTHER_GRID_WORLDS
-from rs_lightning.envs.grid_world_copies import GridWorldCopies, unwrapped_grid_world
+from rs_lightning.envs.grid_world_copies import _FEW, GridWorldCopies, unwrapped_grid_world
 from rs_lightning.envs.gym_support import BoundsNormalizedObservation
 
 
@@ -17,12 +17,14 @@ def make(env_id: str, **kwargs) -> gym.Env:
     return gym.make(env_id, disable_env_checker=True, **kwargs)
 
 
+@pytest.mark.parametrize("copies_k", [4, 20])  # stepped copy by copy / as arrays (_FEW)
 @pytest.mark.parametrize("kwargs", [{}, {"timeout_is_terminal": False}, {"max_steps": 3}])
 @pytest.mark.parametrize("name", sorted({**GRID_WORLDS, **OTHER_GRID_WORLDS}))
-def test_each_copy_steps_as_its_own_environment(name, kwargs):
+def test_each_copy_steps_as_its_own_environment(name, kwargs, copies_k):
     """The same actions in K gymnasium environments and in K tensor copies seeded alike:
     the same observations, rewards (to the bit), terminations, R_s and generator states."""
-    env_id, copies_k = {**GRID_WORLDS, **OTHER_GRID_WORLDS}[name], 4
+    env_id = {**GRID_WORLDS, **OTHER_GRID_WORLDS}[name]
+    assert (copies_k <= _FEW) == (copies_k == 4)  # each route is tested
     alone = [make(env_id, **kwargs) for _ in range(copies_k)]
     together = [make(env_id, **kwargs) for _ in range(copies_k)]
     for k, (a, b) in enumerate(zip(alone, together)):
