@@ -64,17 +64,23 @@ def clip_member_gradients(parameters: list[Tensor], max_norm: float) -> Tensor:
     norms = torch.linalg.vector_norm(
         torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]), dim=0
     )
-    scale = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
+    scale = clip_scale(norms, max_norm)
     for g in grads:
         g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
     return norms
+
+
+def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
+    """The factor ``clip_grad_norm_`` scales a gradient of norm ``norm`` by:
+    ``max_norm / (norm + 1e-6)``, at most 1 (elementwise for K members' norms)."""
+    return (max_norm / (norm + 1e-6)).clamp_(max=1.0)
 
 
 class FlatGradients:
     """One agent's gradients as views of one flat tensor, so that zeroing them is one
     operation and clipping them skips the per-call work of ``clip_grad_norm_`` (about a
     sixth of a DQN update on a CPU), with the same numbers to the last bit: the same norms
-    of each tensor, their norm, and the scale ``max_norm / (norm + 1e-6)`` capped at 1.
+    of each tensor, their norm, and the same scale (:func:`clip_scale`).
 
     The buffer is made at the first clipping where every parameter has a gradient (until
     then, and for an agent whose loss leaves a parameter out, it is ``clip_grad_norm_`` as
@@ -117,7 +123,7 @@ class FlatGradients:
             return torch.nn.utils.clip_grad_norm_(self.parameters, max_norm, foreach=True)
         # The per-tensor norms as clip_grad_norm_ takes them (one foreach call).
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(self.views)))
-        self.flat.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        self.flat.mul_(clip_scale(norm, max_norm))
         return norm
 
     def _adopt(self) -> bool:
