@@ -17,6 +17,29 @@ os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)
 
 
+# The optional extras (pyproject.toml) that some tests need: a test whose extra is absent
+# skips, naming it. The header says which ones this run had.
+EXTRA_MODULES = {
+    "stats": "rliable", "optuna": "hydra_plugins.hydra_optuna_sweeper", "box2d": "Box2D",
+    "minatar": "minatar", "cluster": "ray", "bench": "stable_baselines3",
+}
+
+
+def pytest_report_header(config):
+    from importlib.util import find_spec
+
+    def present(module: str) -> bool:
+        try:
+            return find_spec(module) is not None
+        except ModuleNotFoundError:  # a dotted name whose parent package is absent
+            return False
+
+    have = [extra for extra, module in EXTRA_MODULES.items() if present(module)]
+    missing = [extra for extra in EXTRA_MODULES if extra not in have]
+    return (f"rs-lightning extras installed: {', '.join(have) or 'none'}; "
+            f"absent (their tests skip): {', '.join(missing) or 'none'}")
+
+
 @pytest.fixture
 def compose():
     """compose(overrides) -> the composed DictConfig, as `python train.py <overrides>` sees it."""

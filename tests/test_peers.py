@@ -17,13 +17,18 @@ _spec.loader.exec_module(peers)
 
 
 def test_without_the_extra_it_says_how_to_install_it(monkeypatch, capsys):
+    # The test decides which peer modules are "installed", whatever this machine has:
+    # stable_baselines3 present, tianshou and sb3_contrib absent.
+    installed = {"stable_baselines3"}
+    peer_modules = {m for modules in peers.PEER_MODULES.values() for m in modules}
     real = peers.find_spec
-    monkeypatch.setattr(peers, "find_spec",
-                        lambda name: None if name in ("tianshou", "sb3_contrib") else real(name))
+    monkeypatch.setattr(peers, "find_spec", lambda name: (
+        (object() if name in installed else None) if name in peer_modules else real(name)))
     assert peers.main(["--seeds", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install -e '.[bench]'" in err[0]
     assert peers.missing_modules(["sb3_qrdqn"]) == ["sb3_contrib"]
+    assert peers.missing_modules(["tianshou_c51", "sb3_qrdqn"]) == ["sb3_contrib", "tianshou"]
     assert peers.missing_modules([]) == []  # only our agents: nothing to install
 
 
