@@ -1,5 +1,5 @@
 """The extension promise: a new agent is one module and one config, a new risk measure one
-function and one config; nothing else is edited. Both are defined here, registered, checked
+function and one config, a new objective one module; nothing else is edited. Both are defined here, registered, checked
 by the same contract and conformance code as the built-in ones, and trained end to end from
 a composed config, with one seed and with two seeds as members."""
 
@@ -15,6 +15,8 @@ from omegaconf import MISSING
 
 import tests.test_agents as agent_tests
 from rs_lightning.agents.base import AGENTS, Agent, AgentConfig, ChooseAction, mlp, register_agent
+from rs_lightning.objectives import OBJECTIVES, register_objective
+from rs_lightning.objectives.static import AccumulatedReturns, Static, start_input
 from rs_lightning.risk import RISK_MEASURES, ReturnDistribution, expectation, from_quantiles, risk_measure
 from rs_lightning.train import run
 from rs_lightning.types import Transitions
@@ -104,3 +106,76 @@ def test_a_new_agent_and_risk_measure_train_end_to_end(extension, compose, tmp_p
     assert sorted(members["members"]) == ["0", "1"]
     history = (tmp_path / "members" / "seed_1" / "eval_history.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in history] == [40, 80]
+
+
+# ------------------------------------------------------------------ a new objective
+class FixedThresholdReturns(AccumulatedReturns):
+    """Every episode starts with the same threshold b: no draws, no search."""
+
+    def __init__(self, threshold: float, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fixed = threshold
+
+    def resolve(self, obs, best) -> None:
+        self.threshold[self.pending] = self.fixed
+        self.pending[:] = False
+
+
+class FixedThreshold(Static):
+    """The static CVaR rule at one threshold b for every episode, the middle of the return
+    support: Rockafellar and Uryasev's inner problem at a fixed b, a lower bound of the
+    static objective."""
+
+    @property
+    def threshold(self) -> float:
+        return 0.5 * (self.static.return_min + self.static.return_max)
+
+    def episode_state(self, seeds, copies, gamma, training=True):
+        return FixedThresholdReturns(self.threshold, self.static, seeds, copies, gamma)
+
+    def start_rule(self, obs, network):
+        thresholds = torch.full(obs.shape[:-1], self.threshold, dtype=torch.float64)
+        return self.acting_rule(start_input(self.static, obs, thresholds), None, network)
+
+
+@pytest.fixture
+def fixed_threshold():
+    register_objective("fixed_threshold")(FixedThreshold)
+    yield
+    OBJECTIVES.pop("fixed_threshold")
+
+
+def test_a_new_objective_trains_and_resumes_exactly(fixed_threshold, compose, tmp_path):
+    """An objective defined here, registered with one call, runs through the one engine:
+    its episode state is stored and checkpointed, it acts and prepares the batches, the
+    evaluation plays it, and a run resumed from a checkpoint ends as the uninterrupted one,
+    with one seed and with two members on two copies each."""
+    overrides = ["objective=fixed_threshold", "agent=c51", "env=two_stage", "risk=cvar",
+                 "alpha=0.5", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=120", "trainer.checkpoint_every_n_steps=60",
+                 "evaluation.every_n_steps=60", "evaluation.episodes=200",
+                 "evaluation.episodes_during_training=50"]
+    for extra, name in (([], "single"), (["parallel_seeds=2", "env.num_envs=2"], "members")):
+        full = run(compose([*overrides, *extra]), run_dir=tmp_path / name)
+        checkpoint = tmp_path / name / "checkpoints" / "step0000060.ckpt"
+        resumed = run(compose([*overrides, *extra, f"ckpt_path={checkpoint}"]),
+                      run_dir=tmp_path / f"{name}_resumed")
+        assert resumed == full
+        summaries = [full] if name == "single" else list(full["members"].values())
+        for summary in summaries:
+            # Every evaluation episode started at the fixed threshold: 0, the middle of the
+            # two-stage world's support.
+            assert summary["objective"] == "static" and summary["static_threshold"] == 0.0
+            assert math.isfinite(summary["mc_static_utility"])
+        state = torch.load(checkpoint, weights_only=True)
+        thresholds = state["ExperienceDataModule"]["collector"]["accumulated"]["threshold"]
+        assert set(thresholds) <= {0.0}
+
+
+def test_an_unknown_objective_is_refused_in_one_line_naming_the_registered_ones(compose):
+    from rs_lightning.errors import ConfigError
+    from rs_lightning.schema import validate
+
+    with pytest.raises(ConfigError) as error:
+        validate(compose(["objective=fixed_threshold"]))
+    assert str(error.value) == "objective: must be one of per_decision, static, got 'fixed_threshold'"

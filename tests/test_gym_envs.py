@@ -15,7 +15,8 @@ import torch
 from omegaconf import OmegaConf
 
 import tests.gym_test_envs  # noqa: F401  (registers TinyImage-v0, ShiftedCounter-v0)
-from rs_lightning.engine.experience import Collector, ExperienceStream, learning_reward
+from rs_lightning.engine.experience import Collector
+from rs_lightning.engine.rollout import Rollout, learning_reward
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.cliff_walking import (
     COLUMNS,
@@ -31,6 +32,7 @@ from rs_lightning.envs.cliff_walking import (
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.gym_support import bounds_normalization, discounted_return_bounds
 from rs_lightning.errors import ConfigError
+from rs_lightning.objectives import EpisodeState
 from rs_lightning.replay import ReplayMemory
 from rs_lightning.schema import EnvSection
 from rs_lightning.train import run
@@ -202,7 +204,7 @@ def test_reward_scale_is_applied_for_learning_and_returns_stay_unscaled():
     collector = one_member_collector(env_section(id="CartPole-v1"), copies=1, capacity=600,
                                      reward_scale=0.01)
     while not collector.ended_returns[0]:
-        collector.step(lambda obs, step: np.zeros(obs.shape[:2], dtype=np.int64))
+        collector.step(ActionsOf(lambda obs, step: np.zeros(obs.shape[:2], dtype=np.int64)))
     steps = collector.env_steps
     assert torch.allclose(collector.replay.reward[0, :steps], torch.full((steps,), 0.01))
     assert collector.ended_returns == [[float(steps)]]
@@ -281,14 +283,30 @@ def test_cliff_walking_preset_expectation_path_hugs_the_cliff_and_var_averse_pat
 
 
 # ------------------------------------------------------------------------ env copies
+class ActionsOf:
+    """A rollout policy whose actions ``[K, N]`` come from ``choose(obs, env_step)``."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, choose) -> None:
+        self.choose = choose
+
+    def network(self, obs):
+        raise AssertionError("no episode state here asks for a return distribution")
+
+    def act(self, obs, env_step, state):
+        return self.choose(obs, env_step)
+
+
 def one_member_collector(section, copies: int, capacity: int, reward_scale: float = 1.0,
                          **schedule):
     """The engine's collector for one member (seed 0) on ``copies`` env copies; ``schedule``:
-    ``n_step``, ``updates_per_step``."""
+    ``n_step``, ``updates_per_step``, ``batch_size``, ``warmup_steps``."""
     env = make_env(section)
     replay = ReplayMemory(capacity, env.observation_space.shape, seeds=[1])
-    return Collector(make_copies(section, list(range(copies))), replay, 1, copies,
-                     reward_scale, None, section.gamma, **schedule)
+    rollout = Rollout(make_copies(section, list(range(copies))), EpisodeState(), 1, copies,
+                      reward_scale, None)
+    return Collector(rollout, replay, section.gamma, **schedule)
 
 
 def test_env_copies_store_each_copy_with_its_own_final_state():
@@ -303,7 +321,7 @@ def test_env_copies_store_each_copy_with_its_own_final_state():
         return np.zeros(obs.shape[:2], dtype=np.int64)
 
     for _ in range(5):
-        assert collector.step(policy) == 3
+        assert collector.step(ActionsOf(policy)) == 3
     assert seen_steps == [0, 3, 6, 9, 12] and collector.env_steps == 15
     replay = collector.replay
     assert len(replay) == 15
@@ -317,11 +335,10 @@ def test_env_copies_store_each_copy_with_its_own_final_state():
 
 
 def test_env_copies_make_one_update_per_environment_step():
-    collector = one_member_collector(env_section(id="CartPole-v1"), copies=4, capacity=1000)
-    stream = iter(ExperienceStream(
-        collector, lambda obs, step: np.full(obs.shape[:2], step % 2), batch_size=8,
-        warmup_steps=10))
-    batches = [next(stream) for _ in range(9)]
+    collector = one_member_collector(env_section(id="CartPole-v1"), copies=4, capacity=1000,
+                                     batch_size=8, warmup_steps=10)
+    policy = ActionsOf(lambda obs, step: np.full(obs.shape[:2], step % 2))
+    batches = [collector.experience(policy) for _ in range(9)]
     # Warm-up: 3 steps of the copies (12 transitions); updates then follow transition 11, 12, ...
     assert [b.env_steps for b in batches] == list(range(11, 20))
     assert collector.env_steps == 20 and collector.update_credit == 1
@@ -339,8 +356,9 @@ def test_copies_act_as_one_environment_row_by_row(compose):
     batch_module.load_state_dict(row_module.state_dict())
     obs = np.random.default_rng(0).normal(size=(1, 6, 4)).astype(np.float32)
     for start in (0, 6, 12, 40):
-        rows = [int(row_module.explore(obs[:, i:i + 1], start + i)[0, 0]) for i in range(6)]
-        assert batch_module.explore(obs, start)[0].tolist() == rows
+        rows = [int(row_module.act(obs[:, i:i + 1], start + i, EpisodeState())[0, 0])
+                for i in range(6)]
+        assert batch_module.act(obs, start, EpisodeState())[0].tolist() == rows
     assert batch_module.epsilon == row_module.epsilon
 
 

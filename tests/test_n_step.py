@@ -13,13 +13,12 @@ import pytest
 import torch
 
 from rs_lightning.agents import Transitions
-from rs_lightning.engine.experience import ExperienceStream
 from rs_lightning.errors import ConfigError
 from rs_lightning.replay import NStepReturns, update_ratio
 from rs_lightning.risk import Utility
 from rs_lightning.train import run
 from tests.test_agents import CELLS, make_agent
-from tests.test_gym_envs import env_section, one_member_collector
+from tests.test_gym_envs import ActionsOf, env_section, one_member_collector
 
 
 # ------------------------------------------------------------------- the n-step window
@@ -200,10 +199,9 @@ def test_updates_follow_the_ratio_exactly(ratio, copies):
     """Update u follows transition warmup + ceil(u / ratio): 0.125 = one update every 8
     transitions, 2 = two per transition, whatever the number of copies."""
     collector = one_member_collector(env_section(id="CartPole-v1"), copies=copies, capacity=1000,
-                                     updates_per_step=ratio)
-    stream = iter(ExperienceStream(collector, lambda obs, step: np.zeros(obs.shape[:2], np.int64),
-                                   batch_size=4, warmup_steps=10))
-    followed = [next(stream).env_steps for _ in range(40)]
+                                     updates_per_step=ratio, batch_size=4, warmup_steps=10)
+    policy = ActionsOf(lambda obs, step: np.zeros(obs.shape[:2], np.int64))
+    followed = [collector.experience(policy).env_steps for _ in range(40)]
     assert followed == [10 + math.ceil(u / ratio) for u in range(1, 41)]
     assert collector.env_steps - math.ceil(40 / ratio) - 10 < copies
 

@@ -65,17 +65,17 @@ def test_linear_schedule_reaches_the_end_and_stays():
     assert exploration_rate(10_000, 1.0, 0.1, 100, "linear") == pytest.approx(0.1)
 
 
-def test_stream_warms_up_then_yields_one_batch_per_env_step(compose):
+def test_the_collector_warms_up_then_gives_one_batch_per_env_step(compose):
     from rs_lightning.schema import validate
     from rs_lightning.engine.build import build
 
     settings = validate(compose(["learning.warmup_steps=40", "logger=none"]))
     datamodule, module = build(settings)
-    stream = iter(datamodule.train_dataloader())
-    first = next(stream)
+    collector = next(iter(datamodule.train_dataloader()))  # what each training step gets
+    first = collector.experience(module)
     assert first.env_steps == 41
     assert first.transitions.obs.shape == (1, 32, 2)
-    second = next(stream)
+    second = collector.experience(module)
     assert second.env_steps == 42
     assert len(datamodule.collector.replay) == 42
     # Rewards in the memory are clipped to the env's reward_clip.

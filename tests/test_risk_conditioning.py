@@ -106,7 +106,7 @@ def test_one_setting_per_batch_is_drawn_by_each_member(compose):
     transitions = Transitions(obs, torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16),
                               obs.clone(), torch.zeros(2, 16),
                               torch.full((2, 16), 0.9))
-    widened, _ = module.conditioned_batch(transitions)
+    widened, _ = module.objective.prepare_batch(transitions, module.batch_state)
     features = widened.obs[..., 9:]
     assert [len(torch.unique(features[k], dim=0)) for k in range(2)] == [1, 1]
     assert not torch.equal(features[0, 0], features[1, 0])

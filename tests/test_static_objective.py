@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.engine.behaviour import AccumulatedReturns
 from rs_lightning.engine.build import build
-from rs_lightning.engine.learner import best_thresholds
+from rs_lightning.objectives.static import AccumulatedReturns, best_thresholds
 from rs_lightning.files import write_json_atomic
 from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.risk.static import StaticObjective
@@ -65,13 +64,20 @@ def test_stored_transitions_carry_exact_next_state_features(compose, n_step):
     settings = validate(compose([*QUICK, "objective=static", "env=two_stage", "agent=c51",
                                  "parallel_seeds=2", "env.num_envs=2",
                                  f"learning.n_step={n_step}"]))
-    datamodule, _ = build(settings)
+    datamodule, module = build(settings)
     datamodule.setup()
     collector = datamodule.collector
+
+    class RandomActions:  # the module's network chooses the episodes' thresholds
+        device, network = module.device, module.network
+
+        def act(self, obs, step, state):
+            return np.random.default_rng(step).integers(4, size=obs.shape[:2])
+
     for _ in range(40):
-        collector.step(lambda obs, step: np.random.default_rng(step).integers(4, size=obs.shape[:2]))
+        collector.step(RandomActions())
     replay = collector.replay
-    static = settings.static
+    static = settings.objective.static
     c, g, b = static.decode(replay.obs[:, :replay.size])
     c2, g2, b2 = static.decode(replay.next_obs[:, :replay.size])
     reward, discount = replay.reward[:, :replay.size].double(), replay.discount[:, :replay.size]
@@ -255,7 +261,7 @@ def test_two_stage_static_takes_the_risky_goal_after_luck_and_per_decision_the_s
 
 def test_the_best_threshold_is_the_same_in_passes_of_few_rows(monkeypatch):
     """Many start states go through the candidates a bounded number of rows at a time."""
-    from rs_lightning.engine import learner
+    from rs_lightning.objectives import static as static_module
 
     static = objective("cvar")
     weights = torch.linspace(-1.0, 1.0, 7)
@@ -267,7 +273,7 @@ def test_the_best_threshold_is_the_same_in_passes_of_few_rows(monkeypatch):
 
     obs = torch.randn(3, 20, 2, generator=torch.Generator().manual_seed(0))
     whole = best_thresholds(static, law, obs)
-    monkeypatch.setattr(learner, "CANDIDATE_ROWS_PER_PASS", 100)  # 2 start states a pass
+    monkeypatch.setattr(static_module, "CANDIDATE_ROWS_PER_PASS", 100)  # 2 start states a pass
     assert torch.equal(best_thresholds(static, law, obs), whole) and whole.shape == (3, 20)
     assert len(set(whole.flatten().tolist())) > 1
 

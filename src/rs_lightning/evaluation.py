@@ -30,16 +30,11 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-from rs_lightning.engine.behaviour import AccumulatedReturns
-from rs_lightning.engine.experience import learning_reward
+from rs_lightning.engine.rollout import Rollout, act_on_distinct
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import (
-    exact_policy_metrics,
-    greedy_cells,
-    objective_references,
-    static_references,
-)
+from rs_lightning.ground_truth import ExactReferences, exact_policy_metrics, greedy_cells
+from rs_lightning.objectives.per_decision import PerDecision
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -49,17 +44,31 @@ from rs_lightning.risk import (
 )
 from rs_lightning.runs import load_run
 
-BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
+# A greedy policy as a function: observations [B, D] -> actions [B].
+GreedyFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
-def deduplicated(policy: BatchPolicy) -> BatchPolicy:
-    """Evaluate ``policy`` once per distinct observation of a batch (grid worlds have 9)."""
+class FunctionPolicy:
+    """A greedy function of the observations as a rollout policy of one member, on the
+    per-decision objective of ``utility`` (its episodes carry no state)."""
 
-    def act(obs: torch.Tensor) -> torch.Tensor:
-        unique, inverse = torch.unique(obs, dim=0, return_inverse=True)
-        return policy(unique).cpu()[inverse]
+    device = torch.device("cpu")
 
-    return act
+    def __init__(self, greedy: GreedyFunction, utility: Utility) -> None:
+        self.greedy = greedy
+        self.objective = PerDecision(utility)
+
+    def network(self, obs):
+        raise TypeError("a greedy function has no return distribution")
+
+    def act(self, obs: np.ndarray, env_step: int, state) -> np.ndarray:
+        return act_on_distinct(self.greedy, obs)
+
+
+def rollout_policy(policy, utility: Utility):
+    """A member (:class:`~rs_lightning.engine.learner.MemberPolicy`, with its objective) as
+    it is, a greedy function wrapped (:class:`FunctionPolicy`)."""
+    return policy if hasattr(policy, "act") else FunctionPolicy(policy, utility)
 
 
 # Tags the evaluation's random stream, apart from any other use of the run's seed.
@@ -71,74 +80,52 @@ def episode_seeds(seed: int, episodes: int) -> np.ndarray:
     return np.random.SeedSequence([seed, _EVALUATION_STREAM]).generate_state(episodes)
 
 
-def run_episodes(
-    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``episodes`` episodes of ``policy``; returns (S per episode, R_s per episode)
-    (:func:`play_episodes`)."""
-    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
-    return played.returns, played.outcomes
-
-
 class PlayedEpisodes(NamedTuple):
     returns: np.ndarray  # undiscounted S per episode
     outcomes: np.ndarray  # R_s per episode (NaN where the env has none)
-    discounted: np.ndarray | None = None  # objective=static: sum_t gamma^t r_t per episode
-    thresholds: np.ndarray | None = None  # objective=static: each episode's b (learning units)
+    discounted: np.ndarray  # sum_t gamma^t r_t per episode (environment units)
+    constants: np.ndarray | None  # what the objective's episode state fixed for each episode
 
 
-def play_episodes(
-    policy: BatchPolicy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
-    progress: bool = False, static_member=None,
-) -> PlayedEpisodes:
-    """Run ``episodes`` episodes of ``policy``.
+def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
+                  progress: bool = False) -> PlayedEpisodes:
+    """Run ``episodes`` episodes of a member's greedy policy (a rollout policy of one member,
+    :func:`rollout_policy`): the training's rollout step with epsilon 0.
 
     ``min(episodes, batch_envs)`` env copies (the engine's :mod:`rs_lightning.envs.copies`)
-    play them side by side; a copy whose episode ends starts the next one, reset with that
-    episode's seed. ``progress`` shows a bar with episodes per second and the running mean
-    return and R_s.
-
-    ``static_member`` (a member of an objective=static run): the policy sees each copy's
-    state augmented with (c, gamma^t, b), b the best threshold at the episode's start, and
-    each episode's discounted return and threshold are returned too.
+    play them side by side, with the objective's episode state; a copy whose episode ends
+    starts the next one, reset with that episode's seed. ``progress`` shows a bar with
+    episodes per second and the running mean return and R_s.
     """
-    policy = deduplicated(policy)
-    accumulated = None
-    if static_member is not None:
-        accumulated = AccumulatedReturns(static_member.static, [seed], min(episodes, batch_envs),
-                                         float(env_config.gamma), uniform_share=0.0)
-        best = (lambda grouped: static_member.best_thresholds(
-            torch.from_numpy(grouped[0])).cpu().numpy()[None])
-        discounted, thresholds = np.zeros(episodes), np.zeros(episodes)
-        raw_discount = np.ones(min(episodes, batch_envs))
-    bar = _EpisodeProgress(episodes) if progress else None
-    seeds = episode_seeds(seed, episodes)
     n = min(episodes, batch_envs)
-    copies = make_copies(env_config, [int(s) for s in seeds[:n]])
+    seeds = episode_seeds(seed, episodes)
+    gamma = float(env_config.gamma)
+    state = policy.objective.episode_state([seed], n, gamma, training=False)
+    rollout = Rollout(make_copies(env_config, [int(s) for s in seeds[:n]]), state, 1, n,
+                      getattr(env_config, "reward_scale", 1.0),
+                      getattr(env_config, "reward_clip", None))
+    bar = _EpisodeProgress(episodes) if progress else None
     returns = np.zeros(episodes)
     outcomes = np.full(episodes, np.nan)
+    discounted = np.zeros(episodes)
+    constants = None
+    discount = np.ones(n)
     episode_of = np.arange(n)  # which episode each copy is playing
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
-        obs = copies.obs()
-        if accumulated is not None:
-            accumulated.resolve(obs, best)
-            thresholds[episode_of[active]] = accumulated.threshold[active]
-            obs = accumulated.augment(obs)
-        actions = policy(torch.from_numpy(obs)).numpy().reshape(-1)
-        step = copies.step(actions)
-        returns[episode_of[active]] += step.reward[active]
-        if accumulated is not None:
-            discounted[episode_of[active]] += (raw_discount * step.reward)[active]
-            raw_discount = np.where(step.ended, 1.0, raw_discount * accumulated.gamma)
-            accumulated.advance(learning_reward(step.reward, getattr(env_config, "reward_scale",
-                                                                     1.0), env_config.reward_clip),
-                                step.ended)
-        ended = np.flatnonzero(step.ended & active)
+        step = rollout.step(policy, 0)
+        if step.constants is not None:
+            if constants is None:
+                constants = np.zeros(episodes)
+            constants[episode_of[active]] = step.constants[active]
+        reward = step.copies.reward
+        returns[episode_of[active]] += reward[active]
+        discounted[episode_of[active]] += (discount * reward)[active]
+        discount = np.where(step.copies.ended, 1.0, discount * gamma)
+        ended = np.flatnonzero(step.copies.ended & active)
         if ended.size:
-            outcome = step.risk_outcome
+            outcome = step.copies.risk_outcome
             restart, restart_seeds = [], []
             for j in ended:
                 episode = episode_of[j]
@@ -153,12 +140,10 @@ def play_episodes(
                 else:
                     active[j] = False
             if restart:
-                copies.reseed(restart, restart_seeds)
+                rollout.copies.reseed(restart, restart_seeds)
     if bar is not None:
         bar.close()
-    if accumulated is None:
-        return PlayedEpisodes(returns, outcomes)
-    return PlayedEpisodes(returns, outcomes, discounted, thresholds)
+    return PlayedEpisodes(returns, outcomes, discounted, constants)
 
 
 class _EpisodeProgress:
@@ -247,7 +232,7 @@ def return_histogram(returns: np.ndarray, max_bins: int = 40) -> dict[str, list]
 
 
 def evaluate_policy(
-    policy: BatchPolicy,
+    policy,
     env_config,
     utility: Utility,
     rho: float,
@@ -255,53 +240,31 @@ def evaluate_policy(
     seed: int,
     batch_envs: int = 1000,
     progress: bool = False,
-    static_member=None,
 ) -> dict[str, Any]:
-    """Monte Carlo figures of ``policy`` (:func:`summarize_returns`); for a member of an
-    objective=static run (``static_member``) also :func:`static_summary`."""
-    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress,
-                           static_member)
+    """Monte Carlo figures of a member's greedy policy, or of a greedy function
+    (:func:`rollout_policy`; :func:`summarize_returns`), with what its objective adds
+    (:meth:`~rs_lightning.objectives.Objective.monte_carlo_summary`)."""
+    policy = rollout_policy(policy, utility)
+    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
     summary = summarize_returns(played.returns, played.outcomes, utility, rho)
-    if static_member is not None:
-        summary.update(static_summary(played.discounted, played.thresholds, utility, seed))
+    summary.update(policy.objective.monte_carlo_summary(played.discounted, played.constants,
+                                                        seed))
     return summary
-
-
-# Bootstrap resamples behind the standard error of a Monte Carlo utility.
-BOOTSTRAP_RESAMPLES = 200
-
-
-def static_summary(discounted: np.ndarray, thresholds: np.ndarray, utility: Utility,
-                   seed: int) -> dict[str, Any]:
-    """What an objective=static run optimises, by Monte Carlo: ``mc_static_utility``, U of
-    the discounted episode return sum_t gamma^t r_t (environment units), its bootstrap
-    standard error ``mc_static_utility_stderr`` and the mean threshold b the episodes
-    started with (``static_threshold``, learning units)."""
-    values = torch.as_tensor(discounted, dtype=torch.float64)
-    generator = np.random.default_rng([seed, _EVALUATION_STREAM])
-    picks = torch.from_numpy(generator.integers(values.numel(),
-                                                size=(BOOTSTRAP_RESAMPLES, values.numel())))
-    resampled = utility(from_samples(values[picks]))
-    return {
-        "objective": "static",
-        "mc_static_utility": float(utility(from_samples(values))),
-        "mc_static_utility_stderr": float(resampled.std()),
-        "static_threshold": float(np.mean(thresholds)),
-    }
 
 
 def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
                  episodes: int | None = None) -> dict[str, Any]:
-    """The final evaluation of a run: writes ``eval.json`` (and ``policy.json`` on a grid).
+    """The final evaluation of a run's member ``module``: writes ``eval.json`` (and
+    ``policy.json`` on a grid).
 
-    On the grid worlds ``eval.json`` also holds the exact E, VaR, CVaR, U and R_s of the
-    greedy policy (keys ``exact_*``), beside the Monte Carlo estimates, and the exact
-    references of the per-decision and static objectives (``objective_references``).
+    On the grid worlds ``eval.json`` also holds what the objective computes exactly
+    (:meth:`~rs_lightning.objectives.Objective.exact_summary`): for a policy of the
+    observation alone the exact E, VaR, CVaR, U and R_s of the greedy policy (keys
+    ``exact_*``) and the exact references of the per-decision and static objectives.
     """
     train = settings.train
-    static = getattr(module, "static", None) is not None
     summary = evaluate_policy(
-        module.greedy,
+        module,
         train.env,
         settings.utility,
         train.rho,
@@ -309,24 +272,14 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
         seed=train.seed,
         batch_envs=train.evaluation.batch_envs,
         progress=train.callbacks.progress_bar,
-        static_member=module if static else None,
     )
-    if static:
-        # A static policy depends on (c, gamma^t, b), not on the cell alone: the exact
-        # machinery evaluates cell-Markov policies, so only the references are exact here.
-        references = static_references(train.env, settings.utility) or {}
-        summary.update(references)
-        if "static_optimum" in references:
-            summary["mc_static_gap"] = references["static_optimum"] - summary["mc_static_utility"]
-    else:
-        summary.update(exact_policy_metrics(module.greedy, train.env, settings.utility,
-                                            train.rho) or {})
-        summary.update(objective_references(module.greedy, train.env, settings.utility) or {})
+    summary.update(module.objective.exact_summary(ExactReferences(train.env, train.rho),
+                                                  module.greedy, summary))
     summary.update(
         agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,
     )
-    if train.env.grid_size and not static:
+    if train.env.grid_size and module.objective.observation_markov:
         table = grid_policy_table(module.greedy, train.env.grid_size)
         write_json_atomic(Path(run_dir) / "policy.json", table)
     # Last: a complete eval.json marks a finished run (rs_lightning.jobs skips it).
@@ -334,7 +287,7 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     return summary
 
 
-def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
+def grid_policy_table(policy: GreedyFunction, size: int = 3) -> dict[str, int]:
     """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
     return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
 
@@ -354,13 +307,13 @@ def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = N
     policy = run.module.at(setting.get("alpha", utility.alpha), parameter)
     train = run.settings.train
     rho = float(policy.utility.params.get("rho", train.rho))
-    summary = evaluate_policy(policy.greedy, train.env, policy.utility, rho,
+    summary = evaluate_policy(policy, train.env, policy.utility, rho,
                               episodes or train.evaluation.episodes, seed=train.seed,
                               batch_envs=train.evaluation.batch_envs)
     summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
     summary.update(policy.utility.params, agent=run.settings.agent.name, env=train.env.id,
                    seed=train.seed, steps=run.steps, env_steps=run.env_steps,
-                   risk_conditioned=run.settings.conditioning is not None)
+                   risk_conditioned=run.settings.agent.risk_conditioned)
     if train.env.grid_size:
         summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
     name = ",".join(f"{k}={v:g}" for k, v in setting.items())

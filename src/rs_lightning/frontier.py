@@ -98,7 +98,7 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
         "rho": rho,
     }
     if not exact_only or not train.env.grid_size:
-        summary = evaluate_policy(policy.greedy, train.env, policy.utility, rho, episodes,
+        summary = evaluate_policy(policy, train.env, policy.utility, rho, episodes,
                                   seed=train.seed, batch_envs=train.evaluation.batch_envs)
         row.update({name: summary[name] for name in MEASURES})
         if "risk_outcome" in summary:
@@ -248,7 +248,7 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
             for alpha in alphas:
                 rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only))
     first = runs[0].settings
-    conditioned = first.conditioning is not None
+    conditioned = first.agent.risk_conditioned
     result = {
         "runs": [str(d) for d in run_dirs],
         "agent": first.agent.name,

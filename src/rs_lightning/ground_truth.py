@@ -41,7 +41,27 @@ from rs_lightning.envs.exact_policies import mixture_utility as exact_utility
 from rs_lightning.envs.grid_worlds import START, Cell
 from rs_lightning.risk import ReturnDistribution, Utility
 
+# A greedy policy as a function: observations [B, D] -> actions [B].
 BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
+
+
+class ExactReferences:
+    """The exact figures of one environment and risk level, as an objective asks for them
+    (:meth:`rs_lightning.objectives.Objective.exact_summary`): each method gives ``{}``
+    where this environment has none."""
+
+    def __init__(self, env_config, rho: float) -> None:
+        self.env_config = env_config
+        self.rho = rho
+
+    def policy_metrics(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
+        return exact_policy_metrics(greedy, self.env_config, utility, self.rho) or {}
+
+    def objective_references(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
+        return objective_references(greedy, self.env_config, utility) or {}
+
+    def static_references(self, utility: Utility) -> dict[str, Any]:
+        return static_references(self.env_config, utility) or {}
 
 
 def greedy_cells(policy: BatchPolicy, size: int) -> dict[Cell, int]:

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
-import torch
 
-from rs_lightning.engine.behaviour import AccumulatedReturns
-from rs_lightning.engine.experience import learning_reward
+
+from rs_lightning.engine.rollout import learning_reward
 from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
 from rs_lightning.envs.factory import make_env
 from rs_lightning.plots import _pyplot, _save
@@ -84,28 +83,23 @@ def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
     run = load_run(run_dir)
     train = run.settings.train
     env = make_env(train.env)
-    # objective=static: the policy also sees the episode's (c, gamma^t, b) (risk/static.py).
-    static = run.module.static
-    accumulated = None if static is None else AccumulatedReturns(
-        static, [seed], 1, float(train.env.gamma), uniform_share=0.0)
+    member = run.module
+    # What the objective carries through an episode (objective=static: (c, gamma^t, b)).
+    state = member.objective.episode_state([seed], 1, float(train.env.gamma), training=False)
     states = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         done = False
         while not done:
             states.append(int(env.unwrapped.s))
-            seen = np.asarray(obs, dtype=np.float32)[None]
-            if accumulated is not None:
-                accumulated.resolve(seen, lambda grouped: run.module.best_thresholds(
-                    torch.from_numpy(grouped[0])).cpu().numpy()[None])
-                seen = accumulated.augment(seen)
-            action = int(run.module.greedy(torch.from_numpy(seen))[0])
+            seen = state.observe(np.asarray(obs, dtype=np.float32)[None], member.network,
+                                 member.device)
+            action = int(member.act(seen[None], 0, state)[0, 0])
             obs, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-            if accumulated is not None:
-                accumulated.advance(np.array([learning_reward(
-                    float(reward), train.env.reward_scale, train.env.reward_clip)]),
-                    np.array([done]))
+            state.advance(np.array([learning_reward(
+                float(reward), train.env.reward_scale, train.env.reward_clip)]),
+                np.array([done]))
         states.append(int(env.unwrapped.s))
     return visit_counts(states, (ROWS, COLUMNS))
 

@@ -53,13 +53,14 @@ class PeriodicEvaluation(pl.Callback):
         step = trainer.global_step
         if self.every_n_steps <= 0 or step % self.every_n_steps:
             return
+        experience = pl_module.last_experience  # what the update learned from
         shown: dict[str, list[float]] = {}
         train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
         with pl_module.clock.paused():
             for k, seed in enumerate(self.seeds):
                 metrics = evaluate_during_training(
                     pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
-                    self.batch_envs, step, batch.env_steps, self.history_paths[k], train_seconds,
+                    self.batch_envs, step, experience.env_steps, self.history_paths[k], train_seconds,
                 )
                 for logger in pl_module.member_loggers[k]:
                     logger.log_metrics(metrics, step=step)
@@ -69,7 +70,7 @@ class PeriodicEvaluation(pl.Callback):
         if not self.support_checked and settled(step, trainer.max_steps,
                                                 pl_module.learning.target_update_period):
             self.support_checked = True
-            warn_of_mass_at_support_ends(pl_module, batch.transitions.obs, step)
+            warn_of_mass_at_support_ends(pl_module, experience.transitions.obs, step)
         target = self.stop_at_return
         if target is not None and all(value >= target for value in shown["eval/expectation"]):
             self.stopped_at = step
@@ -118,12 +119,9 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
     ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far, the periodic
     evaluations left out (the run's :class:`~rs_lightning.engine.learner.TrainingClock`),
     recorded as ``train_seconds``."""
-    static = getattr(module, "static", None) is not None
-    summary = evaluate_policy(
-        module.greedy, env_config, module.utility, rho, episodes, seed, batch_envs,
-        static_member=module if static else None,
-    )
-    if not static:  # the exact laws are those of cell-Markov policies (evaluation.py)
+    summary = evaluate_policy(module, env_config, module.utility, rho, episodes, seed,
+                              batch_envs)
+    if module.objective.observation_markov:  # the exact laws are those of cell policies
         summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
         summary.update(start_state_distances(module, env_config) or {})
     metrics = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}

@@ -22,10 +22,8 @@ from rs_lightning.agents.networks import NetworkConfig
 from rs_lightning.envs.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
-from rs_lightning.risk import RISK_MEASURES, Utility, declared_parameter
-from rs_lightning.risk.conditioning import RiskConditioning
-from rs_lightning.risk.static import N_FEATURES as N_STATIC_FEATURES
-from rs_lightning.risk.static import OBJECTIVES, StaticObjective
+from rs_lightning.objectives import OBJECTIVES, Objective
+from rs_lightning.risk import RISK_MEASURES, Utility
 from rs_lightning.types import Problem
 
 register_resolvers()  # the rs.* interpolations of conf/ (derived defaults)
@@ -417,7 +415,7 @@ class TrainConfig:
                  f"= {SEED_LIMIT}, NumPy's range", self.seed)
 
         self.search_objective.check(grid_world=bool(self.env.grid_size))
-        _one_of("objective", self.objective, OBJECTIVES)
+        _one_of("objective", self.objective, selectable_objectives())
         self.static_objective.check()
         _check_section(self.network.check)
 
@@ -438,19 +436,14 @@ class ValidatedConfig:
     train: TrainConfig
     agent: AgentConfig
     utility: Utility
-    conditioning: Optional[RiskConditioning] = None  # agent.risk_conditioned runs only
-    static: Optional[StaticObjective] = None  # objective=static runs only
+    objective: Objective  # what the run optimises (rs_lightning.objectives)
 
     def agent_problem(self, problem: Problem) -> Problem:
-        """The problem as the agent sees it: a risk-conditioned network also takes the
-        setting's features after the observation, an objective=static one (c, gamma^t, b)."""
+        """The problem as the agent sees it: the objective may append features to the
+        observation (a risk-conditioned network takes the setting's, a static one
+        (c, gamma^t, b))."""
         _check_section(self.train.network.check_problem, problem)
-        if self.static is not None:
-            return dataclasses.replace(problem, obs_dim=problem.obs_dim + N_STATIC_FEATURES)
-        if self.conditioning is None:
-            return problem
-        return dataclasses.replace(problem,
-                                   obs_dim=problem.obs_dim + self.conditioning.n_features)
+        return self.objective.network_problem(problem)
 
 
 def _structured(schema_class, node, root: str = "") -> Any:
@@ -518,50 +511,26 @@ def utility_from(risk_node, alpha: float) -> Utility:
         raise ConfigError("risk", str(error)) from None
 
 
-_CONDITIONING_KEYS = ("draw", "alpha", "n_cosines", "acting")
+def selectable_objectives() -> list[str]:
+    """The values of the ``objective`` key: every registered objective but the
+    risk-conditioned one, which ``agent.risk_conditioned=true`` chooses."""
+    return [name for name in OBJECTIVES if name != "conditioned"]
 
 
-def conditioning_from(node: dict, utility: Utility) -> RiskConditioning:
-    """The ``risk_conditioning`` section of a risk-conditioned run, checked; the run's own
-    setting (``alpha`` and the measure's parameter) must lie in the ranges it trains on."""
-    section = dict(node)
-    parameter_names = {declared_parameter(m) for m in RISK_MEASURES} - {None}
-    allowed = set(_CONDITIONING_KEYS) | parameter_names | {"settings_per_batch"}
-    for key in section:
-        if key not in allowed:
-            raise ConfigError(f"risk_conditioning.{key}",
-                              f"unknown key; allowed: {', '.join(sorted(allowed))}")
-    for key in _CONDITIONING_KEYS:
-        if key not in section:
-            raise ConfigError(f"risk_conditioning.{key}", "a value is required here")
-    name = declared_parameter(utility.risk)
-    if name is None:
-        raise ConfigError("risk_conditioning", f"risk={utility.risk} declares no parameter to "
-                          "condition on; use a measure with one (var, cvar, wang, ...)")
-    if section.get(name) is None:
-        raise ConfigError(f"risk_conditioning.{name}", f"the range of risk={utility.risk}'s "
-                          f"parameter is required, e.g. +risk_conditioning.{name}=[low,high]")
-
-    def values(key: str) -> tuple:
-        value = section[key]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"risk_conditioning.{key}",
-                              f"must be a list ([low, high] or values), got {value!r}")
-        return tuple(value)
-
-    try:
-        conditioning = RiskConditioning(
-            risk=utility.risk, alpha=values("alpha"), values=values(name),
-            draw=section["draw"], n_cosines=section["n_cosines"], acting=section["acting"],
-            # optional: runs recorded before the key existed drew one per transition
-            settings_per_batch=section.get("settings_per_batch"))
-        conditioning.check_setting(utility.alpha, utility.params[name])
-    except ValueError as error:
-        key, _, message = str(error).partition(": ")
-        if key.startswith("risk_conditioning") and message:
-            raise ConfigError(key, message) from None
-        raise ConfigError("risk_conditioning", str(error)) from None
-    return conditioning
+def objective_from(train: TrainConfig, agent: AgentConfig, utility: Utility) -> Objective:
+    """The objective a checked config names (``objective``; the risk-conditioned one for
+    ``agent.risk_conditioned=true``, whose networks see the setting)."""
+    name = train.objective
+    if agent.risk_conditioned:
+        if name != "per_decision":
+            raise ConfigError("objective", f"{name} does not combine with "
+                              "agent.risk_conditioned=true (allowed: per_decision)")
+        name = "conditioned"
+    objective_class = OBJECTIVES[name]
+    if objective_class.needs_distribution and not AGENTS[agent.name][0].distributional:
+        raise ConfigError("objective", f"{name} needs a distributional agent; agent="
+                          f"{agent.name} learns a point value (allowed: per_decision)")
+    return objective_class.from_config(utility, train)
 
 
 def validate(cfg: DictConfig) -> ValidatedConfig:
@@ -572,19 +541,5 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     agent = agent_config_from(OmegaConf.create(train.agent))
     agent.network = train.network  # one torso setting for every agent (agents/networks.py)
     utility = utility_from(train.risk, train.alpha)
-    conditioning = None
-    if agent.risk_conditioned:
-        conditioning = conditioning_from(train.risk_conditioning, utility)
-    static = None
-    if train.objective == "static":
-        if not AGENTS[agent.name][0].distributional:
-            raise ConfigError("objective", f"static needs a distributional agent; agent="
-                              f"{agent.name} learns a point value (allowed: per_decision)")
-        if conditioning is not None:
-            raise ConfigError("objective", "static does not combine with "
-                              "agent.risk_conditioned=true (allowed: per_decision)")
-        section = train.static_objective
-        static = StaticObjective(utility, train.env.return_min, train.env.return_max,
-                                 section.uniform_share, section.thresholds)
-    return ValidatedConfig(train=train, agent=agent, utility=utility, conditioning=conditioning,
-                           static=static)
+    objective = objective_from(train, agent, utility)
+    return ValidatedConfig(train=train, agent=agent, utility=utility, objective=objective)

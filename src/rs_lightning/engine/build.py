@@ -70,7 +70,7 @@ def build_members(settings: ValidatedConfig, problem: Problem, seeds: list[int])
     """The members of a run; member k's initial weights are those drawn after seeding every
     generator with ``seeds[k]`` (what a run of that seed alone draws)."""
     agent_class, _ = AGENTS[settings.agent.name]
-    problem = settings.agent_problem(problem)
+    problem = settings.agent_problem(problem)  # what the network sees
     agents = []
     for seed in seeds:
         pl.seed_everything(seed, workers=True, verbose=False)
@@ -86,28 +86,23 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
     seeds = member_seeds(train.seed, train.parallel_seeds)
     datamodule = ExperienceDataModule(
         train.env,
+        settings.objective,
         batch_size=train.learning.batch_size,
         replay_capacity=train.learning.replay_capacity,
         warmup_steps=train.learning.warmup_steps,
         seeds=seeds,
         n_step=train.learning.n_step,
         updates_per_step=train.learning.updates_per_step,
-        conditioning=settings.conditioning,
-        static=settings.static,
     )
     module = QLearning(
         build_members(settings, datamodule.problem, seeds),
-        settings.utility,
+        settings.objective,
         train.learning,
         seeds,
         log_every_n_steps=train.trainer.log_every_n_steps,
         member_loggers=member_loggers,
         fault_injection=train.fault_injection,
-        conditioning=settings.conditioning,
-        static=settings.static,
     )
-    datamodule.attach_policy(module.explore,
-                             None if settings.static is None else module.start_thresholds)
     if train.hardware.compile:
         compile_members(module.agent)
     return datamodule, module

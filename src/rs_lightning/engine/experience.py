@@ -1,10 +1,10 @@
 """Environment interaction as a Lightning datamodule: K members x N environment copies.
 
-:class:`Collector` steps the env copies with the behaviour policy and writes every
-transition into the members' replay memory; :class:`ExperienceStream` is the iterable
-Lightning runs through: replay batches of every member, ``learning.updates_per_step`` of
-them per transition a copy collected, forever (``trainer.max_steps`` ends the run). The
-meaning of the schedule does not depend on N:
+:class:`Collector` steps the env copies with the policy it is handed (the training step's
+epsilon-greedy one), writes every transition into the members' replay memory and gives each
+update its replay batches, ``learning.updates_per_step`` updates per transition a copy
+collected; Lightning's loop hands the training step the collector, forever
+(``trainer.max_steps`` ends the run). The meaning of the schedule does not depend on N:
 
 - an *environment step* is one transition of one copy of a member: a step of the copies is
   N of them, and ``env_steps``, the warm-up and the epsilon schedule count transitions;
@@ -17,51 +17,36 @@ meaning of the schedule does not depend on N:
   (:class:`~rs_lightning.replay.NStepReturns`) before they are stored.
 
 The datamodule's ``state_dict`` holds what a resumed run needs on this side: the copies
-mid-episode, the n-step window, the replay memory and the counters.
+mid-episode, the objective's episode state, the n-step window, the replay memory and the
+counters.
 """
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import IterableDataset
 
-from rs_lightning.engine.behaviour import AccumulatedReturns, EpisodeSettings
-from rs_lightning.envs.copies import EnvCopies, make_copies
+from rs_lightning.engine.rollout import Policy, Rollout
+from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.factory import env_problem
+from rs_lightning.objectives import Objective
 from rs_lightning.replay import NStepReturns, ReplayMemory, update_ratio
-from rs_lightning.risk.static import N_FEATURES as N_STATIC_FEATURES
 from rs_lightning.types import Transitions
-
-# (observations [K, N, ...], environment steps before them) -> actions [K, N] (NumPy arrays);
-# a risk-conditioned run's policy also takes the copies' settings (EpisodeSettings).
-Policy = Callable[..., np.ndarray]
 
 
 class ExperienceBatch(NamedTuple):
-    """What one training step receives: a replay batch of every member (fields
-    ``[K, B, ...]``) and the episodes that ended since the last step, per member."""
+    """What one update learns from: a replay batch of every member (fields ``[K, B, ...]``)
+    and the episodes that ended since the last update, per member."""
 
     transitions: Transitions
     episode_returns: tuple[tuple[float, ...], ...]  # undiscounted, unscaled
     episode_outcomes: tuple[tuple[float, ...], ...]  # R_s of each (NaN if the env has none)
     env_steps: int  # environment steps of each member that this update follows
-
-
-def learning_reward(reward, scale: float, clip: float | None):
-    """The reward the learner stores: scaled, then clipped to [-clip, clip]. ``reward`` is a
-    float, or an array of several copies' rewards (clipped elementwise)."""
-    reward = reward * scale
-    if clip is not None:
-        if isinstance(reward, np.ndarray):
-            reward = np.minimum(np.maximum(reward, -clip), clip)  # np.clip costs more when small
-        else:
-            reward = min(max(reward, -clip), clip)
-    return reward
 
 
 def member_seeds(seed: int, members: int) -> list[int]:
@@ -76,79 +61,88 @@ def copy_seeds(seeds: list[int], copies: int) -> list[int]:
 
 
 class Collector:
-    """Steps K members' N env copies with a policy and fills the replay memory with their
-    transitions, of ``n_step`` steps each, discounted by ``gamma``."""
+    """Steps K members' N env copies (a :class:`~rs_lightning.engine.rollout.Rollout`) with
+    a policy and fills the replay memory with their transitions, of ``n_step`` steps each,
+    discounted by ``gamma``; :meth:`experience` is what one update learns from.
 
-    def __init__(self, copies: EnvCopies, replay: ReplayMemory, members: int, copies_per_member: int,
-                 reward_scale: float, reward_clip: float | None, gamma: float, n_step: int = 1,
-                 updates_per_step: Fraction = Fraction(1),
-                 settings: EpisodeSettings | None = None,
-                 accumulated: AccumulatedReturns | None = None) -> None:
-        self.copies = copies
-        self.settings = settings  # the copies' risk settings (risk-conditioned runs)
-        # objective=static: the copies' (c, gamma^t, b), appended to what is stored and seen;
-        # ``best_thresholds`` (the module's) picks an episode's threshold at its start.
-        self.accumulated = accumulated
-        self.best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None
+    Warm-up: the first ``warmup_steps`` transitions are collected before any update, and
+    more until the replay memory holds one (n-step transitions are stored n - 1 steps late);
+    the transitions of the step of the copies that crosses it beyond it earn updates.
+    """
+
+    def __init__(self, rollout: Rollout, replay: ReplayMemory, gamma: float, n_step: int = 1,
+                 updates_per_step: Fraction = Fraction(1), batch_size: int = 32,
+                 warmup_steps: int = 0) -> None:
+        self.rollout = rollout
+        self.copies = rollout.copies
         self.replay = replay
-        self.members = members
-        self.copies_per_member = copies_per_member
-        self.reward_scale = reward_scale
-        self.reward_clip = reward_clip
+        self.members = rollout.members
+        self.copies_per_member = rollout.copies_per_member
         self.gamma = gamma
         self.n_step = n_step
         self.window = None if n_step == 1 else NStepReturns(
-            n_step, gamma, len(copies), replay.obs.shape[2:])
+            n_step, gamma, len(self.copies), replay.obs.shape[2:])
         self.updates_per_step = updates_per_step
+        self.batch_size = batch_size
+        self.warmup_steps = max(warmup_steps, 1)
         self.env_steps = 0  # transitions of each member so far
         # Transitions earn updates_per_step.numerator each, an update costs its denominator.
         self.update_credit = 0
-        self.episodes = [0] * members
-        self.episode_returns = np.zeros(len(copies))
-        self.ended_returns: list[list[float]] = [[] for _ in range(members)]
-        self.ended_outcomes: list[list[float]] = [[] for _ in range(members)]
+        self.episodes = [0] * self.members
+        self.episode_returns = np.zeros(len(self.copies))
+        self.ended_returns: list[list[float]] = [[] for _ in range(self.members)]
+        self.ended_outcomes: list[list[float]] = [[] for _ in range(self.members)]
+
+    @property
+    def episode_state(self):
+        return self.rollout.state
 
     def step(self, policy: Policy) -> int:
-        """One step of every copy; returns the transitions each member collected (N)."""
+        """One step of every copy, stored; returns the transitions each member collected (N)."""
         shape = (self.members, self.copies_per_member)
-        obs = self.copies.obs()
-        if self.accumulated is not None:
-            self.accumulated.resolve(obs, self.best_thresholds)
-            obs = self.accumulated.augment(obs)
-        grouped = obs.reshape(*shape, *obs.shape[1:])
-        if self.settings is None:
-            actions = policy(grouped, self.env_steps)
-        else:
-            actions = policy(grouped, self.env_steps, self.settings)
-        step = self.copies.step(actions.reshape(-1))
-        learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
-        next_obs = step.next_obs
-        if self.accumulated is not None:
-            next_obs = np.concatenate(
-                [next_obs, self.accumulated.advance(learnt, step.ended)], axis=-1)
+        step = self.rollout.step(policy, self.env_steps)
+        copies = step.copies
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
         if self.window is None:
-            self.replay.add(grouped, actions, learnt.reshape(shape),
-                            next_obs.reshape(*shape, *obs.shape[1:]),
-                            step.terminated.reshape(shape),
-                            np.where(step.terminated, 0.0, self.gamma).reshape(shape))
+            obs_shape = step.obs.shape[1:]
+            self.replay.add(step.obs.reshape(*shape, *obs_shape), step.actions.reshape(shape),
+                            step.learnt.reshape(shape), step.reached.reshape(*shape, *obs_shape),
+                            copies.terminated.reshape(shape),
+                            np.where(copies.terminated, 0.0, self.gamma).reshape(shape))
         else:
-            leaving = self.window.push(obs, actions.reshape(-1), learnt, next_obs,
-                                       step.terminated, step.ended)
+            leaving = self.window.push(step.obs, step.actions, step.learnt, step.reached,
+                                       copies.terminated, copies.ended)
             if leaving is not None:
                 self.replay.add(*(field.reshape(*shape, *field.shape[1:]) for field in leaving))
-        self.episode_returns += step.reward
-        if step.ended.any():
-            for j in np.flatnonzero(step.ended).tolist():
+        self.episode_returns += copies.reward
+        if copies.ended.any():
+            for j in np.flatnonzero(copies.ended).tolist():
                 member = j // self.copies_per_member
                 self.ended_returns[member].append(float(self.episode_returns[j]))
-                self.ended_outcomes[member].append(float(step.risk_outcome[j]))
+                self.ended_outcomes[member].append(float(copies.risk_outcome[j]))
                 self.episodes[member] += 1
-                if self.settings is not None:
-                    self.settings.episode_ended(member, j % self.copies_per_member)
-            self.episode_returns[step.ended] = 0.0
+            self.episode_returns[copies.ended] = 0.0
         self.env_steps += self.copies_per_member
         return self.copies_per_member
+
+    def experience(self, policy: Policy) -> ExperienceBatch:
+        """What the next update learns from: first the steps of the copies its share of the
+        update ratio asks for (``updates_per_step`` = p / q: every transition earns p, every
+        update costs q; the warm-up at a fresh start), then a replay batch of every member."""
+        earned, cost = self.updates_per_step.numerator, self.updates_per_step.denominator
+        if self.env_steps < self.warmup_steps or len(self.replay) == 0:
+            # A fresh run (a resumed one is past it).
+            while self.env_steps < self.warmup_steps or len(self.replay) == 0:
+                self.step(policy)
+            self.update_credit = (self.env_steps - self.warmup_steps) * earned
+        while self.update_credit < cost:
+            self.update_credit += earned * self.step(policy)
+        # Paid before the update runs: a checkpoint after it holds what is left.
+        self.update_credit -= cost
+        returns, outcomes = self.pop_ended_episodes()
+        # The transition this update follows: the last one whose credit it spent.
+        return ExperienceBatch(self.replay.sample(self.batch_size), returns, outcomes,
+                               self.env_steps - self.update_credit // earned)
 
     def pop_ended_episodes(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
         if not any(self.ended_returns):  # most steps end no episode
@@ -165,15 +159,16 @@ class Collector:
         return [k * n + i for k in members for i in range(n)]
 
     def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
-        """Counters, books, copies and replay memory; ``members`` selects some members (a
-        member's own checkpoint, loadable by a run of its seed alone)."""
+        """Counters, books, copies, the objective's episode state and the replay memory;
+        ``members`` selects some members (a member's own checkpoint, loadable by a run of
+        its seed alone)."""
         chosen = list(range(self.members)) if members is None else list(members)
         copies = self.member_copies(chosen)
-        settings = {} if self.settings is None else {"settings": self.settings.state_dict(chosen)}
-        if self.accumulated is not None:
-            settings["accumulated"] = self.accumulated.state_dict(chosen)
+        state = self.episode_state
+        episode = {} if state.checkpoint_key is None else {
+            state.checkpoint_key: state.state_dict(chosen)}
         return {
-            **settings,
+            **episode,
             "members": len(chosen),
             "copies_per_member": self.copies_per_member,
             "env_steps": self.env_steps,
@@ -210,130 +205,73 @@ class Collector:
         self.replay.load_state_dict(replay)
         if self.window is not None:
             self.window.load_state_dict(state["n_step_window"])
-        if self.settings is not None:
-            self.settings.load_state_dict(state["settings"])
-        if self.accumulated is not None:
-            self.accumulated.load_state_dict(state["accumulated"])
+        episode = self.episode_state
+        if episode.checkpoint_key is not None:
+            episode.load_state_dict(state[episode.checkpoint_key])
         if restarted:  # the episodes in progress restarted: as if cut by a time limit
             self.episode_returns[:] = 0.0
             reached = state["copies"]["obs"].numpy()
-            if self.accumulated is not None:
-                reached = np.concatenate([reached, self.accumulated.features()], axis=-1)
-                self.accumulated.restart(slice(None))
+            features = episode.features()
+            if features is not None:
+                reached = np.concatenate([reached, features], axis=-1)
+            episode.restart(slice(None))
             if self.window is not None:
                 self.window.truncate(reached)
 
 
-class ExperienceStream(IterableDataset):
-    """A replay batch of every member per update, ``collector.updates_per_step`` updates per
-    transition collected (module docstring).
-
-    Warm-up: the first ``warmup_steps`` transitions are collected before any update, and
-    more until the replay memory holds one (n-step transitions are stored n - 1 steps late);
-    the transitions of the step of the copies that crosses it beyond it earn updates.
-    """
-
-    def __init__(self, collector: Collector, policy: Policy, batch_size: int,
-                 warmup_steps: int) -> None:
-        super().__init__()
-        self.collector = collector
-        self.policy = policy
-        self.batch_size = batch_size
-        self.warmup_steps = max(warmup_steps, 1)
-
-    def __iter__(self):
-        collector, policy = self.collector, self.policy
-        earned, cost = collector.updates_per_step.numerator, collector.updates_per_step.denominator
-        if collector.env_steps < self.warmup_steps or len(collector.replay) == 0:
-            # A fresh run (a resumed one is past it).
-            while collector.env_steps < self.warmup_steps or len(collector.replay) == 0:
-                collector.step(policy)
-            collector.update_credit = (collector.env_steps - self.warmup_steps) * earned
-        while True:
-            while collector.update_credit < cost:
-                collector.update_credit += earned * collector.step(policy)
-            # Paid before the update runs: a checkpoint after it holds what is left.
-            collector.update_credit -= cost
-            returns, outcomes = collector.pop_ended_episodes()
-            # The transition this update follows: the last one whose credit it spent.
-            yield ExperienceBatch(collector.replay.sample(self.batch_size), returns, outcomes,
-                                  collector.env_steps - collector.update_credit // earned)
-
-
 class ExperienceDataModule(pl.LightningDataModule):
-    """The members' env copies, replay memory and the stream of batches between them.
+    """The members' env copies, the objective's episode state and the replay memory.
 
     Args:
         env_config: the ``env`` section (``num_envs`` copies per member).
+        objective: what the run optimises (its episode state goes with the copies).
         seeds: the members' seeds: member k's copies are reset with ``seeds[k] + i``, its
             replay memory samples with generator ``seeds[k] + 1``.
     """
 
-    def __init__(self, env_config, batch_size: int, replay_capacity: int, warmup_steps: int,
-                 seeds: list[int], n_step: int = 1, updates_per_step: float = 1.0,
-                 conditioning=None, static=None) -> None:
+    def __init__(self, env_config, objective: Objective, batch_size: int, replay_capacity: int,
+                 warmup_steps: int, seeds: list[int], n_step: int = 1,
+                 updates_per_step: float = 1.0) -> None:
         super().__init__()
         self.env_config = env_config
+        self.objective = objective
         self.batch_size = batch_size
         self.replay_capacity = replay_capacity
         self.warmup_steps = warmup_steps
         self.n_step = n_step
         self.updates_per_step = update_ratio(updates_per_step)
         self.seeds = list(seeds)
-        self.conditioning = conditioning  # RiskConditioning of a risk-conditioned run, or None
-        self.static = static  # StaticObjective of an objective=static run, or None
-        self.best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None
         self.copies_per_member = int(getattr(env_config, "num_envs", 1))
         self.collector: Collector | None = None
-        self.policy: Policy | None = None
         self.problem = env_problem(env_config)
-        # objective=static: the replay holds the augmented states (exact next-state features).
-        extra = 0 if static is None else N_STATIC_FEATURES
-        self.obs_shape = (self.problem.obs_dim + extra,)
 
     def setup(self, stage: str | None = None) -> None:
         if self.collector is not None:  # called by the user before fit, then by Lightning
             return
         n = self.copies_per_member
         copies = make_copies(self.env_config, copy_seeds(self.seeds, n), groups=len(self.seeds))
-        # Bytes only where every stored value is a byte: objective=static appends (c,
-        # gamma^t, b), which are not.
-        compact = self.problem.obs_uint8 and self.static is None
-        replay = ReplayMemory(self.replay_capacity, self.obs_shape,
+        state = self.objective.episode_state(self.seeds, n, self.problem.gamma)
+        # Bytes only where every stored value is a byte: an episode state's features are not.
+        compact = self.problem.obs_uint8 and state.stored_features == 0
+        replay = ReplayMemory(self.replay_capacity,
+                              (self.problem.obs_dim + state.stored_features,),
                               seeds=[seed + 1 for seed in self.seeds],
                               obs_dtype=torch.uint8 if compact else torch.float32)
-        settings = None
-        if self.conditioning is not None and self.conditioning.acting == "episode":
-            settings = EpisodeSettings(self.conditioning, self.seeds, n)
-        accumulated = None
-        if self.static is not None:
-            accumulated = AccumulatedReturns(self.static, self.seeds, n, self.problem.gamma)
-        self.collector = Collector(copies, replay, len(self.seeds), n,
-                                   getattr(self.env_config, "reward_scale", 1.0),
-                                   self.env_config.reward_clip, self.problem.gamma, self.n_step,
-                                   self.updates_per_step, settings, accumulated)
-        self.collector.best_thresholds = self.best_thresholds
+        rollout = Rollout(copies, state, len(self.seeds), n,
+                          getattr(self.env_config, "reward_scale", 1.0),
+                          self.env_config.reward_clip)
+        self.collector = Collector(rollout, replay, self.problem.gamma, self.n_step,
+                                   self.updates_per_step, self.batch_size, self.warmup_steps)
 
     @property
     def env_steps(self) -> int:
         return self.collector.env_steps if self.collector is not None else 0
 
-    def attach_policy(self, policy: Policy,
-                      best_thresholds: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
-        """The policy that chooses the actions (the module's epsilon-greedy on the utility)
-        and, for objective=static, the module's choice of an episode's threshold."""
-        self.policy = policy
-        self.best_thresholds = best_thresholds
-        if self.collector is not None:
-            self.collector.best_thresholds = best_thresholds
-
-    def train_dataloader(self) -> ExperienceStream:
-        if self.policy is None:
-            raise RuntimeError("ExperienceDataModule needs a policy: call attach_policy() before fit")
+    def train_dataloader(self):
+        """The collector, once per update: the training step collects and samples through
+        it (Lightning iterates any iterable; a DataLoader would only add per-step work)."""
         self.setup()
-        # Lightning iterates any iterable; the stream yields whole batches already, so a
-        # DataLoader around it would only add per-step overhead.
-        return ExperienceStream(self.collector, self.policy, self.batch_size, self.warmup_steps)
+        return itertools.repeat(self.collector)
 
     def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
         if self.collector is None:

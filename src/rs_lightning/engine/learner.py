@@ -2,9 +2,10 @@
 for K members at once (K = 1: a single seed).
 
 The module owns what the paper's algorithm keeps besides the networks: the target networks,
-the behaviour policy and the utility. It knows neither which agent nor which risk measure it
-runs: the members compute their losses from a batch, and the utility (alpha E + (1 - alpha)
-R) picks both the acting action and the target action.
+the behaviour policy and the objective. It knows neither which agent, nor which risk
+measure, nor which objective it runs: the members compute their losses from a batch, and the
+objective (for the paper's, the utility alpha E + (1 - alpha) R) picks both the acting action
+and the target action. :meth:`QLearning.training_step` is the whole step, top to bottom.
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ from torch import Tensor
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members
-from rs_lightning.engine.behaviour import (
-    LEARNING_SETTINGS_STREAM,
-    EpisodeSettings,
-    EpsilonGreedy,
-)
-from rs_lightning.engine.experience import ExperienceBatch
+from rs_lightning.engine.behaviour import EpsilonGreedy
+from rs_lightning.engine.experience import Collector
+from rs_lightning.engine.rollout import act_on_distinct
 from rs_lightning.errors import NumericalFault
+from rs_lightning.objectives import EpisodeState, Objective
 from rs_lightning.risk import ReturnDistribution, Utility
-from rs_lightning.risk.conditioning import RiskConditioning, widen
-from rs_lightning.risk.static import StaticObjective
 
 log = logging.getLogger("rs_lightning")
 
@@ -69,58 +66,58 @@ class TrainingClock:
 
 @dataclass
 class MemberPolicy:
-    """One member as an evaluation sees it: its agent, the utility and the greedy policy.
+    """One member as an evaluation sees it: its agent, the objective and the greedy policy.
 
-    A risk-conditioned member (``conditioning``) acts at the setting of ``utility`` (alpha and
-    the measure's parameter), which its network also sees; :meth:`at` moves it to another."""
+    A risk-conditioned member acts at the setting of its objective's utility (alpha and the
+    measure's parameter), which its network also sees; :meth:`at` moves it to another."""
 
     agent: Agent
-    utility: Utility
+    objective: Objective
     device: torch.device
-    conditioning: RiskConditioning | None = None
-    static: StaticObjective | None = None  # objective=static
+
+    @property
+    def utility(self) -> Utility:
+        return self.objective.utility
 
     @property
     def n_actions(self) -> int:
         return self.agent.problem.n_actions
 
-    def network_input(self, obs: Tensor) -> Tensor:
-        """The observations as the network takes them: with the setting's features appended
-        for a risk-conditioned member; for objective=static, plain observations get those of
-        an episode's start there (c = 0, gamma^0 = 1, the best threshold), augmented ones
-        pass as they are."""
+    @torch.no_grad()
+    def network(self, obs: Tensor) -> ReturnDistribution:
+        """Z of observations ``[1, B, D']`` as the network takes them (the rollout's
+        members dimension of one)."""
+        dist = self.agent.return_distribution(obs[0])
+        return ReturnDistribution(dist.values.unsqueeze(0), dist.probs.unsqueeze(0))
+
+    def rule(self, obs: Tensor):
+        """``(network input, choose_action)`` of observations ``[B, D]`` as an episode's
+        start, or as the replay memory stores them (with the episode state's features)."""
         obs = obs.to(self.device, torch.float32)
-        if self.static is not None:
-            if obs.shape[-1] == self.agent.problem.obs_dim:
-                return obs
-            return start_input(self.static, obs, self.best_thresholds(obs))
-        if self.conditioning is None:
-            return obs
-        setting = torch.tensor([self.utility.alpha], device=self.device)
-        parameter = torch.tensor([self.utility.params[self.conditioning.parameter]],
-                                 device=self.device)
-        return widen(obs, self.conditioning.features(setting, parameter)[0])
+        if obs.shape[-1] == self.agent.problem.obs_dim:  # what the network takes already
+            return self.objective.acting_rule(obs, EpisodeState(), self.agent.return_distribution)
+        return self.objective.start_rule(obs, self.agent.return_distribution)
 
     @torch.no_grad()
     def greedy(self, obs: Tensor) -> Tensor:
-        """The greedy policy on the utility for a batch of observations ``[B, ...]``
-        (objective=static: the static rule at each row's (c, gamma^t, b))."""
-        obs = self.network_input(obs)
-        if self.static is not None:
-            return self.agent.greedy_action(obs, self.static.choose_action_at(obs))
-        return self.agent.greedy_action(obs, self.utility.greedy)
+        """The greedy policy for a batch of observations ``[B, ...]`` (:meth:`rule`)."""
+        return self.agent.greedy_action(*self.rule(obs))
 
     @torch.no_grad()
-    def best_thresholds(self, obs: Tensor) -> Tensor:
-        """objective=static: the best threshold of an episode starting at each plain
-        observation of ``obs[B, D]`` -> ``[B]`` (float64)."""
-        obs = obs.to(self.device, torch.float32)
-        return best_thresholds(self.static, lambda x: self.agent.return_distribution(x), obs)
+    def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
+        """The greedy policy in a rollout of this one member (epsilon 0): ``obs[1, N, D']``
+        -> ``[1, N]``."""
+        def greedy(rows: Tensor) -> Tensor:
+            inputs, choose = self.objective.acting_rule(rows.to(self.device), state,
+                                                        self.agent.return_distribution)
+            return self.agent.greedy_action(inputs, choose)
+
+        return act_on_distinct(greedy, obs)
 
     @torch.no_grad()
-    def return_distribution(self, obs: Tensor):
+    def return_distribution(self, obs: Tensor) -> ReturnDistribution:
         """The learned Z(s, a) (at this member's setting, if risk-conditioned)."""
-        return self.agent.return_distribution(self.network_input(obs))
+        return self.agent.return_distribution(self.rule(obs)[0])
 
     def at(self, alpha: float, parameter: float | None = None) -> MemberPolicy:
         """This member acting greedily on U at ``alpha`` and the measure's ``parameter`` (None:
@@ -134,47 +131,7 @@ class MemberPolicy:
                 raise ValueError(f"risk={self.utility.risk} has no parameter to set")
             params[names[0]] = float(parameter)
         utility = Utility(float(alpha), self.utility.risk, params)
-        if self.static is not None:
-            raise ValueError("a run of objective=static is evaluated at its own setting only "
-                             "(its network learned the laws of its own rule)")
-        if self.conditioning is not None:
-            self.conditioning.check_setting(utility.alpha, params[self.conditioning.parameter])
-        return MemberPolicy(self.agent, utility, self.device, self.conditioning)
-
-
-def start_input(static: StaticObjective, obs: Tensor, thresholds: Tensor) -> Tensor:
-    """Plain observations ``obs[..., D]`` as an episode's start with thresholds ``[...]``:
-    ``[..., D + 3]``."""
-    zeros = torch.zeros_like(thresholds)
-    return torch.cat([obs, static.features(zeros, torch.ones_like(zeros), thresholds)
-                      .to(obs.device)], dim=-1)
-
-
-CANDIDATE_ROWS_PER_PASS = 8192
-
-
-def best_thresholds(static: StaticObjective, return_distribution, obs: Tensor) -> Tensor:
-    """The threshold b maximising max_a of the threshold value at an episode's start, for
-    each plain observation ``obs[..., D]`` -> ``[...]`` (float64): one forward pass over
-    every candidate (:meth:`StaticObjective.candidate_thresholds`).
-    ``return_distribution`` maps augmented observations ``[..., D + 3]`` to Z."""
-    candidates = static.candidate_thresholds(obs.device)  # [G]
-    if candidates.numel() == 1:
-        return candidates.expand(obs.shape[:-1]).clone()
-    # A bounded number of rows per pass (an evaluation starts 1,000 episodes at once, and a
-    # UMDQN network evaluates a lattice per row).
-    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // candidates.numel())
-    if obs.shape[-2] > per_pass:
-        return torch.cat([best_thresholds(static, return_distribution, part)
-                          for part in obs.split(per_pass, dim=-2)], dim=-1)
-    grid = candidates.expand(*obs.shape[:-1], -1)  # [..., G]
-    rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], candidates.numel(), obs.shape[-1])
-    augmented = start_input(static, rows, grid)  # [..., G, D + 3]
-    # The networks take one batch dimension (after the members'): rows and candidates as one.
-    flat = return_distribution(augmented.reshape(*obs.shape[:-2], -1, augmented.shape[-1]))
-    dist = ReturnDistribution(*(x.reshape(*grid.shape, *x.shape[-2:]) for x in flat))
-    value = static.threshold_values(dist, grid).amax(-1)  # [..., G]
-    return candidates[value.argmax(-1)]
+        return MemberPolicy(self.agent, self.objective.at(utility), self.device)
 
 
 def make_optimizer(members: Members, learning) -> torch.optim.Optimizer:
@@ -208,37 +165,33 @@ class QLearning(pl.LightningModule):
 
     Args:
         members: the K agents (:func:`rs_lightning.agents.members.make_members`).
-        utility: the utility that acts and picks the target action.
+        objective: what the run optimises: it acts, and picks the target actions.
         learning: the ``learning`` config section.
         seeds: the members' seeds.
         member_loggers: each member's loggers (its metrics go to its own W&B run / CSV).
         fault_injection: the ``fault_injection`` section (tests break a run on purpose).
     """
 
-    def __init__(self, members: Members, utility: Utility, learning, seeds: list[int],
+    def __init__(self, members: Members, objective: Objective, learning, seeds: list[int],
                  log_every_n_steps: int = 100, member_loggers: list[list] | None = None,
-                 fault_injection=None, conditioning: RiskConditioning | None = None,
-                 static: StaticObjective | None = None) -> None:
+                 fault_injection=None) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
+        # The K members (their state dict's keys begin "agent.": checkpoints name them so).
         self.agent = members
         self.target_agent = copy.deepcopy(members).requires_grad_(False).eval()
-        self.utility = utility
+        self.objective = objective
         self.learning = learning
         self.seeds = list(seeds)
         self.n_actions = members.problem.n_actions
         self.log_every_n_steps = log_every_n_steps
         self.member_loggers = member_loggers or [[] for _ in seeds]
         self.behaviour = EpsilonGreedy(self.seeds, self.n_actions, learning)
-        # Risk-conditioned: each replayed transition's setting, from member k's generator.
-        self.conditioning = conditioning
-        # objective=static: observations carry (c, gamma^t, b); the static rule acts.
-        self.static = static
-        self.setting_generators = [
-            np.random.default_rng([seed, LEARNING_SETTINGS_STREAM]) for seed in self.seeds
-        ] if conditioning is not None else []
+        # What the objective keeps to prepare batches (the risk-conditioned settings' draws).
+        self.batch_state = objective.batch_state(self.seeds)
         # What the progress bar shows (the mean over members); refreshed every window.
         self.live_metrics: dict[str, float] = {}
+        self.last_experience = None  # what the last update learned from (callbacks read it)
         self._window_returns: list[list[float]] = [[] for _ in seeds]
         self._window_outcomes: list[list[float]] = [[] for _ in seeds]
         self._episodes = [0 for _ in seeds]
@@ -260,71 +213,35 @@ class QLearning(pl.LightningModule):
             super().__setattr__(name, value)
 
     @property
+    def utility(self) -> Utility:
+        return self.objective.utility
+
+    @property
     def epsilon(self) -> float:
         return self.behaviour.epsilon
 
     # ----------------------------------------------------------------- acting
-    def explore(self, obs: np.ndarray, env_step: int,
-                settings: EpisodeSettings | None = None) -> np.ndarray:
-        """The behaviour policy the datamodule follows: ``obs[K, N, ...]`` -> ``[K, N]``; a
-        risk-conditioned run acts at the copies' ``settings`` (None: the run's own). Each
-        route acts through the agents' ``greedy_action``, which runs without gradients."""
-        if self.static is not None:
-            return self.behaviour(obs, env_step, self._greedy_static)
-        if self.conditioning is None:
-            return self.behaviour(obs, env_step, self._greedy_members)
-        return self.behaviour(obs, env_step, lambda o: self._greedy_conditioned(o, settings))
-
-    def _greedy_members(self, obs: np.ndarray) -> np.ndarray:
-        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
-        device = self.device
-        if device.type != "cpu":
-            return self.agent.greedy_action(obs_t.to(device), self.utility.greedy).cpu().numpy()
-        return self.agent.greedy_action(obs_t, self.utility.greedy).numpy()
-
-    def _greedy_static(self, obs: np.ndarray) -> np.ndarray:
-        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
-        return self.agent.greedy_action(obs_t, self.static.choose_action_at(obs_t)).cpu().numpy()
-
     @torch.no_grad()
-    def start_thresholds(self, obs: np.ndarray) -> np.ndarray:
-        """objective=static: each member's best threshold for an episode starting at the
-        plain observations ``obs[K, N, D]`` -> ``[K, N]`` (one forward pass)."""
-        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
-        return best_thresholds(self.static, self.agent.return_distribution, obs_t).cpu().numpy()
+    def network(self, obs: Tensor) -> ReturnDistribution:
+        """The members' Z of observations ``[K, B, D']`` (the rollout's :class:`Policy`)."""
+        return self.agent.return_distribution(obs)
 
-    def _greedy_conditioned(self, obs: np.ndarray, settings: EpisodeSettings | None
-                            ) -> np.ndarray:
-        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32)).to(self.device)
-        if settings is None:  # risk_conditioning.acting: fixed
-            alpha = np.full(obs.shape[:2], self.utility.alpha)
-            parameter = np.full(obs.shape[:2], self.utility.params[self.conditioning.parameter])
-        else:
-            alpha, parameter = settings.alpha, settings.parameter
-        alpha_t, parameter_t = (torch.as_tensor(x, dtype=torch.float32, device=self.device)
-                                for x in (alpha, parameter))
-        features = self.conditioning.features(alpha_t, parameter_t)
-        choose = self.conditioning.choose_action(alpha_t, parameter_t)
-        return self.agent.greedy_action(widen(obs_t, features), choose).cpu().numpy()
+    def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
+        """The behaviour policy: epsilon-greedy on the objective's rule, ``obs[K, N, ...]``
+        -> ``[K, N]``; the greedy actions of every member and copy in one forward pass,
+        without gradients (the agents' ``greedy_action``)."""
+        return self.behaviour(obs, env_step, lambda o: self._greedy(o, state))
 
-    def conditioned_batch(self, transitions):
-        """A risk-conditioned run's batch: a setting drawn for each transition (member k's
-        from its own generator), its features appended to both observations, and the rule
-        choosing each transition's target action by its own setting's utility."""
-        batch = transitions.obs.shape[1]
-        drawn = [self.conditioning.sample_batch(generator, batch)
-                 for generator in self.setting_generators]
-        alpha, parameter = (torch.as_tensor(np.stack(x), dtype=torch.float32, device=self.device)
-                            for x in zip(*drawn))  # [K, B] each
-        features = self.conditioning.features(alpha, parameter)
-        widened = transitions._replace(obs=widen(transitions.obs, features),
-                                       next_obs=widen(transitions.next_obs, features))
-        return widened, self.conditioning.choose_action(alpha, parameter)
+    def _greedy(self, obs: np.ndarray, state: EpisodeState) -> np.ndarray:
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        if self.device.type != "cpu":
+            obs_t = obs_t.to(self.device)
+        inputs, choose_action = self.objective.acting_rule(obs_t, state, self.network)
+        return self.agent.greedy_action(inputs, choose_action).cpu().numpy()
 
     def member(self, k: int) -> MemberPolicy:
-        """Member ``k`` as an ordinary agent with the utility (evaluation)."""
-        return MemberPolicy(self.agent.member_agent(k), self.utility, self.device,
-                            self.conditioning, self.static)
+        """Member ``k`` as an ordinary agent with the objective (evaluation)."""
+        return MemberPolicy(self.agent.member_agent(k), self.objective, self.device)
 
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
@@ -339,22 +256,40 @@ class QLearning(pl.LightningModule):
         return make_optimizer(self.agent, self.learning)
 
     def training_step(self, dataloader_iter: Iterator) -> None:
-        # The batch is fetched here, not prefetched by Lightning: the environment step behind
-        # it happens inside this update, so a checkpoint saved after it holds no step ahead.
-        batch: ExperienceBatch = next(dataloader_iter)[0]
-        transitions = batch.transitions
+        """One update, top to bottom: collect, sample, prepare, loss, update."""
+        # The datamodule's collector, fetched here rather than prefetched by Lightning: the
+        # environment steps happen inside this update, so a checkpoint after it holds none
+        # ahead.
+        collector: Collector = next(dataloader_iter)[0]
+        update = self.global_step + 1  # the number of the update this step makes
+
+        # 1. Observe (the objective's episode state augments), act (epsilon-greedy on the
+        #    objective's rule), step the copies and store, as often as the update ratio
+        #    asks; then sample a replay batch of every member.
+        experience = collector.experience(self)
+        self.last_experience = experience
+        transitions = experience.transitions
         if self.device.type != "cpu":
             transitions = type(transitions)(*(t.to(self.device) for t in transitions))
-        optimizer = self.optimizers()
-        update = self.global_step + 1  # the number of the update this step makes
-        choose_action = self.utility.greedy
-        if self.static is not None:  # each target action by its next state's (c, gamma^t, b)
-            choose_action = self.static.choose_action_at(transitions.next_obs)
-        if self.conditioning is not None:
-            transitions, choose_action = self.conditioned_batch(transitions)
+
+        # 2. The objective prepares the batch and the rule of its target actions.
+        transitions, choose_action = self.objective.prepare_batch(transitions, self.batch_state)
+
+        # 3. The members' distributional losses against the target networks.
         losses, agent_metrics = self.agent.loss(transitions, self.target_agent, choose_action)
         if update == self._nan_loss_at:
             losses = losses + float("nan")
+
+        # 4. The update: backward, clipping, a finite check, Adam; the target networks.
+        grad_norms = self._update(update, losses)
+        if update % self.learning.target_update_period == 0:
+            self.target_agent.load_state_dict(self.agent.state_dict())
+
+        # 5. Logging.
+        self._log_step(update, experience, losses, grad_norms, agent_metrics)
+
+    def _update(self, update: int, losses: Tensor) -> Tensor:
+        optimizer = self.optimizers()
         loss = losses.sum()
         self.agent.zero_gradients()
         if self._direct_backward:
@@ -375,21 +310,21 @@ class QLearning(pl.LightningModule):
         if update == self._nan_parameters_at:
             with torch.no_grad():
                 next(self.agent.parameters()).fill_(float("nan"))
-        step = update  # global_step now counts it
-        if step % self.learning.target_update_period == 0:
-            self.target_agent.load_state_dict(self.agent.state_dict())
+        return grad_norms
 
-        for k, returns in enumerate(batch.episode_returns):
+    def _log_step(self, step, experience, losses, grad_norms, agent_metrics) -> None:
+        for k, returns in enumerate(experience.episode_returns):
             if returns:
                 self._window_returns[k].extend(returns)
-                self._window_outcomes[k].extend(batch.episode_outcomes[k])
-                self._log_episodes(k, step, returns, batch.episode_outcomes[k], batch.env_steps)
+                self._window_outcomes[k].extend(experience.episode_outcomes[k])
+                self._log_episodes(k, step, returns, experience.episode_outcomes[k],
+                                   experience.env_steps)
         if step % self.log_every_n_steps == 0:
             # Parameters can only turn non-finite in an update whose loss and gradient were
             # finite (an overflow); checking them costs ~5% of a DQN step, so it is done here,
             # before each checkpoint and when a loss is not finite.
             self.check_parameters(step)
-            self._log_window(step, batch.env_steps, losses, grad_norms, agent_metrics)
+            self._log_window(step, experience.env_steps, losses, grad_norms, agent_metrics)
 
     # ------------------------------------------------------------ numerical faults
     def parameters_finite(self) -> bool:
@@ -482,10 +417,8 @@ class QLearning(pl.LightningModule):
     def engine_state(self, members: list[int] | None = None) -> dict[str, Any]:
         """The module's own state (plain types); ``members`` selects some members."""
         chosen = list(range(len(self.seeds))) if members is None else list(members)
-        conditioned = {} if self.conditioning is None else {"setting_generators": [
-            self.setting_generators[k].bit_generator.state for k in chosen]}
         return {
-            **conditioned,
+            **self.batch_state.state_dict(chosen),
             "behaviour": self.behaviour.state_dict(chosen),
             "episodes": [self._episodes[k] for k in chosen],
             # Episodes ended since the last train/ row: a resumed run logs the same row.
@@ -503,9 +436,7 @@ class QLearning(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["rs_lightning"]
         self.behaviour.load_state_dict(state["behaviour"])
-        for generator, generator_state in zip(self.setting_generators,
-                                              state.get("setting_generators", [])):
-            generator.bit_generator.state = generator_state
+        self.batch_state.load_state_dict(state)
         self._episodes = list(state["episodes"])
         members = len(self._episodes)
         self._window_returns = [list(r) for r in state.get("window_returns", [[]] * members)]

@@ -262,7 +262,7 @@ def unit_reward_scale(return_low: float, return_high: float) -> float | None:
 def scaled_reward_bounds(reward_min: float, reward_max: float, scale: float,
                          clip: float | None) -> tuple[float, float]:
     """The bounds of a learnt reward, r * scale then clipped to [-clip, clip] (the learner's
-    rule, rs_lightning.engine.experience.learning_reward)."""
+    rule, rs_lightning.engine.rollout.learning_reward)."""
     low, high = reward_min * scale, reward_max * scale
     if clip is not None:
         low, high = min(max(low, -clip), clip), min(max(high, -clip), clip)

@@ -285,14 +285,18 @@ def entropic(dist: ReturnDistribution, beta: float | Tensor) -> Tensor:
 Value = TypeVar("Value", float, Tensor)
 
 
-def combine_utility(alpha: float, mean: Value | None, risk: Value | None) -> Value:
+def combine_utility(alpha: float | Tensor, mean: Value | None, risk: Value | None) -> Value:
     """U = alpha * E[Z] + (1 - alpha) * R[Z] (paper, section 3.3) from its two parts, floats or
-    tensors alike.
+    tensors alike: the one definition of the utility.
 
     At alpha 1 U is E alone, at alpha 0 R alone: the part without weight is left out rather
     than multiplied by 0, so it need not be evaluated (pass None; :attr:`Utility.uses_risk`)
-    and an infinite value of it does not turn U into NaN.
+    and an infinite value of it does not turn U into NaN. ``alpha`` may be a tensor of one
+    alpha per row (:class:`RowUtility`), whose rows at 0 or 1 take the same ends.
     """
+    if isinstance(alpha, Tensor):
+        mixed = alpha * mean + (1.0 - alpha) * risk
+        return torch.where(alpha == 1.0, mean, torch.where(alpha == 0.0, risk, mixed))
     if alpha == 1.0:
         assert mean is not None
         return mean
@@ -411,14 +415,10 @@ class RowUtility:
     parameter: Tensor
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
-        measure = RISK_MEASURES[self.risk]
         alpha = self.alpha.unsqueeze(-1).to(dist.values.dtype)  # [..., B, 1]: over actions
         parameter = self.parameter.unsqueeze(-1).expand(dist.values.shape[:-1])
-        name = declared_parameter(self.risk)
-        mean = expectation(dist)
-        risk = measure(dist, **{name: parameter})
-        mixed = alpha * mean + (1.0 - alpha) * risk
-        return torch.where(alpha == 1.0, mean, torch.where(alpha == 0.0, risk, mixed))
+        risk = RISK_MEASURES[self.risk](dist, **{declared_parameter(self.risk): parameter})
+        return combine_utility(alpha, expectation(dist), risk)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ from torch import Tensor
 from rs_lightning.risk.distribution import ReturnDistribution
 from rs_lightning.risk.measures import Utility, expectation
 
-OBJECTIVES = ("per_decision", "static")
 THRESHOLD_MEASURES = ("cvar", "var")  # measures with a threshold (dual) form
 N_FEATURES = 3  # c, gamma^t, b
 

@@ -1,0 +1,64 @@
+"""``rs-lightning``: the command line of the tools that read runs (training is
+``python train.py ...``, Hydra's command line).
+
+    rs-lightning --help                 # the tools
+    rs-lightning evaluate --help        # one tool's options
+    rs-lightning results outputs/multirun/<sweep>
+
+Each tool is a module with a ``main(argv)``; ``python -m rs_lightning.<module>`` runs the
+same function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# tool -> (the module whose main(argv) runs it, what it does)
+TOOLS = {
+    "evaluate": ("rs_lightning.evaluation",
+                 "re-evaluate finished runs, or evaluate them at another alpha and rho"),
+    "frontier": ("rs_lightning.frontier",
+                 "evaluate runs at a grid of alphas: the E-against-risk frontier"),
+    "results": ("rs_lightning.results",
+                "a sweep's results table beside the paper's numbers"),
+    "report": ("rs_lightning.report",
+               "a sweep's report: table, figures, HTML page, W&B run and report"),
+    "plots": ("rs_lightning.plots",
+              "figures: learned return distributions, learning curves, a grid policy"),
+    "gym-results": ("rs_lightning.gym_results",
+                    "gymnasium results: time to a return, the alpha trade-off, visit maps"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    tools = argparse.ArgumentParser(
+        prog="rs-lightning",
+        description="Tools that read the runs of rs-lightning (train with: python train.py).",
+        epilog="Run 'rs-lightning TOOL --help' for a tool's options.")
+    commands = tools.add_subparsers(dest="tool", metavar="TOOL", required=True)
+    for name, (_, summary) in TOOLS.items():
+        # The tool parses its own arguments (and answers its own --help).
+        commands.add_parser(name, help=summary, add_help=False)
+    return tools
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in TOOLS:
+        parser().parse_args(argv)  # the list of tools, or one line naming the allowed ones
+        return 2
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(TOOLS[name][0])
+    # The tool's own parser names itself as the user typed it.
+    program = sys.argv[0]
+    sys.argv[0] = f"rs-lightning {name}"
+    try:
+        return int(module.main(rest) or 0)
+    finally:
+        sys.argv[0] = program
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""The static objective: U of the whole episode's discounted return S = sum_t gamma^t r_t.
+
+It is Markov on the augmented state (s, c, gamma^t, b) (Bäuerle & Ott 2011): c the
+discounted return accumulated so far, gamma^t the discount reached and b a threshold fixed
+for the episode; the rules and their maths are in :mod:`rs_lightning.risk.static`. Here is
+what a run carries: each copy's (c, gamma^t, b), appended to what the replay memory stores
+and the network sees, and the choice of an episode's threshold at its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rs_lightning.objectives.base import EpisodeState, Network, Objective, register_objective
+from rs_lightning.risk import ReturnDistribution, Utility, from_samples
+from rs_lightning.risk.static import N_FEATURES, StaticObjective
+
+# Tags the generators of the episodes' thresholds.
+THRESHOLD_STREAM = 0x7B5E
+# Tags an evaluation's bootstrap (the evaluation's own stream of the run's seed).
+EVALUATION_STREAM = 0xE7A1
+# Bootstrap resamples behind the standard error of a Monte Carlo utility.
+BOOTSTRAP_RESAMPLES = 200
+CANDIDATE_ROWS_PER_PASS = 8192
+
+
+def start_input(static: StaticObjective, obs: Tensor, thresholds: Tensor) -> Tensor:
+    """Plain observations ``obs[..., D]`` as an episode's start with thresholds ``[...]``:
+    ``[..., D + 3]``."""
+    zeros = torch.zeros_like(thresholds)
+    return torch.cat([obs, static.features(zeros, torch.ones_like(zeros), thresholds)
+                      .to(obs.device)], dim=-1)
+
+
+def best_thresholds(static: StaticObjective, network: Network, obs: Tensor) -> Tensor:
+    """The threshold b maximising max_a of the threshold value at an episode's start, for
+    each plain observation ``obs[..., D]`` -> ``[...]`` (float64): one forward pass over
+    every candidate (:meth:`StaticObjective.candidate_thresholds`). ``network`` maps
+    augmented observations ``[..., D + 3]`` to Z."""
+    candidates = static.candidate_thresholds(obs.device)  # [G]
+    if candidates.numel() == 1:
+        return candidates.expand(obs.shape[:-1]).clone()
+    # A bounded number of rows per pass (an evaluation starts 1,000 episodes at once, and a
+    # UMDQN network evaluates a lattice per row).
+    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // candidates.numel())
+    if obs.shape[-2] > per_pass:
+        return torch.cat([best_thresholds(static, network, part)
+                          for part in obs.split(per_pass, dim=-2)], dim=-1)
+    grid = candidates.expand(*obs.shape[:-1], -1)  # [..., G]
+    rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], candidates.numel(), obs.shape[-1])
+    augmented = start_input(static, rows, grid)  # [..., G, D + 3]
+    # The networks take one batch dimension (after the members'): rows and candidates as one.
+    flat = network(augmented.reshape(*obs.shape[:-2], -1, augmented.shape[-1]))
+    dist = ReturnDistribution(*(x.reshape(*grid.shape, *x.shape[-2:]) for x in flat))
+    value = static.threshold_values(dist, grid).amax(-1)  # [..., G]
+    return candidates[value.argmax(-1)]
+
+
+class AccumulatedReturns(EpisodeState):
+    """Each copy's (c, gamma^t, b) in learning units, for ``copies`` copies of each of the
+    members of ``seeds``.
+
+    A copy whose episode starts gets c = 0, gamma^0 = 1 and a threshold still to choose
+    (``pending``): :meth:`observe` draws it from member k's generator, in the order of its
+    copies: with probability ``uniform_share`` uniform over the support, else the best one
+    at the start state (:func:`best_thresholds`). An evaluation uses a share of 0.
+    """
+
+    stored_features = N_FEATURES
+    checkpoint_key = "accumulated"
+
+    def __init__(self, objective: StaticObjective, seeds: list[int], copies: int, gamma: float,
+                 uniform_share: float | None = None) -> None:
+        self.objective = objective
+        self.copies = copies
+        self.gamma = gamma
+        self.uniform_share = objective.uniform_share if uniform_share is None else uniform_share
+        self.generators = [np.random.default_rng([seed, THRESHOLD_STREAM]) for seed in seeds]
+        total = len(seeds) * copies
+        self.accumulated = np.zeros(total)
+        self.discount = np.ones(total)
+        self.threshold = np.zeros(total)
+        self.pending = np.ones(total, dtype=bool)
+
+    def features(self) -> np.ndarray:
+        """The copies' augmented inputs ``[M, 3]`` (float32)."""
+        return self.objective.features(torch.from_numpy(self.accumulated),
+                                       torch.from_numpy(self.discount),
+                                       torch.from_numpy(self.threshold)).numpy()
+
+    def episode_constants(self) -> np.ndarray:
+        """Each copy's threshold b (learning units)."""
+        return self.threshold.copy()
+
+    def observe(self, obs: np.ndarray, network: Network, device) -> np.ndarray:
+        """``obs[M, D]`` with each copy's (c, gamma^t, b) appended -> ``[M, D + 3]``, after
+        choosing the thresholds of the copies whose episode starts."""
+        self.resolve(obs, lambda grouped: best_thresholds(
+            self.objective, network,
+            torch.from_numpy(grouped).to(device)).cpu().numpy())
+        return self.augment(obs)
+
+    def augment(self, obs: np.ndarray) -> np.ndarray:
+        """``obs[M, D]`` with the copies' (c, gamma^t, b) appended -> ``[M, D + 3]``."""
+        return np.concatenate([np.asarray(obs, dtype=np.float32), self.features()], axis=-1)
+
+    def resolve(self, obs: np.ndarray, best) -> None:
+        """Choose the thresholds of the copies whose episode starts at ``obs[M, D]``;
+        ``best(obs[K, N, D]) -> [K, N]`` is called once, if any of them needs it."""
+        if not self.pending.any():
+            return
+        members = len(self.generators)
+        if not self.objective.has_threshold:
+            self.threshold[self.pending] = 0.0
+            self.pending[:] = False
+            return
+        low, high = self.objective.return_min, self.objective.return_max
+        drawn: dict[int, float] = {}
+        for j in np.flatnonzero(self.pending).tolist():  # member by member, copy by copy
+            generator = self.generators[j // self.copies]
+            uniform, value = generator.random(), generator.uniform(low, high)
+            if uniform < self.uniform_share:
+                drawn[j] = value
+        if len(drawn) < int(self.pending.sum()):
+            grouped = np.asarray(obs, dtype=np.float32).reshape(members, self.copies, -1)
+            chosen = np.asarray(best(grouped), dtype=np.float64).reshape(-1)
+        for j in np.flatnonzero(self.pending).tolist():
+            self.threshold[j] = drawn[j] if j in drawn else chosen[j]
+        self.pending[:] = False
+
+    def advance(self, reward: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        self.accumulated = self.accumulated + self.discount * reward
+        self.discount = self.discount * self.gamma
+        reached = self.features()
+        if ended.any():
+            self.restart(ended)
+        return reached
+
+    def restart(self, copies) -> None:
+        self.accumulated[copies] = 0.0
+        self.discount[copies] = 1.0
+        self.threshold[copies] = 0.0
+        self.pending[copies] = True
+
+    def state_dict(self, members: list[int]) -> dict[str, Any]:
+        rows = [k * self.copies + i for k in members for i in range(self.copies)]
+        return {"generators": [self.generators[k].bit_generator.state for k in members],
+                **{name: getattr(self, name)[rows].tolist()
+                   for name in ("accumulated", "discount", "threshold", "pending")}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for generator, generator_state in zip(self.generators, state["generators"]):
+            generator.bit_generator.state = generator_state
+        for name in ("accumulated", "discount", "threshold"):
+            setattr(self, name, np.asarray(state[name], dtype=np.float64))
+        self.pending = np.asarray(state["pending"], dtype=bool)
+
+
+@register_objective("static")
+class Static(Objective):
+    """The static rule at each row's own (c, gamma^t, b) (:mod:`rs_lightning.risk.static`)."""
+
+    # A static policy depends on (c, gamma^t, b), not on the observation alone.
+    observation_markov = False
+    needs_distribution = True  # its rules read the law's tail
+
+    def __init__(self, utility: Utility, static: StaticObjective) -> None:
+        super().__init__(utility)
+        self.static = static
+
+    @classmethod
+    def from_config(cls, utility, train) -> Static:
+        section = train.static_objective  # its thresholds
+        return cls(utility, StaticObjective(utility, train.env.return_min, train.env.return_max,
+                                            section.uniform_share, section.thresholds))
+
+    def network_problem(self, problem):
+        return dataclasses.replace(problem, obs_dim=problem.obs_dim + N_FEATURES)
+
+    def episode_state(self, seeds, copies, gamma, training=True) -> AccumulatedReturns:
+        return AccumulatedReturns(self.static, seeds, copies, gamma,
+                                  uniform_share=None if training else 0.0)
+
+    def acting_rule(self, obs, state, network):
+        return obs, self.static.choose_action_at(obs)  # each row's own (c, gamma^t, b)
+
+    def start_rule(self, obs, network):
+        """A plain observation as an episode's start, with its best threshold."""
+        return self.acting_rule(
+            start_input(self.static, obs, best_thresholds(self.static, network, obs)), None,
+            network)
+
+    def prepare_batch(self, transitions, state):
+        # Each target action by its next state's (c, gamma^t, b).
+        return transitions, self.static.choose_action_at(transitions.next_obs)
+
+    def at(self, utility: Utility) -> Static:
+        raise ValueError("a run of objective=static is evaluated at its own setting only "
+                         "(its network learned the laws of its own rule)")
+
+    def monte_carlo_summary(self, discounted, constants, seed) -> dict[str, Any]:
+        """``mc_static_utility``: U of the discounted episode return (environment units),
+        its bootstrap standard error ``mc_static_utility_stderr`` and the mean threshold b
+        the episodes started with (``static_threshold``, learning units)."""
+        utility = self.utility
+        values = torch.as_tensor(discounted, dtype=torch.float64)
+        generator = np.random.default_rng([seed, EVALUATION_STREAM])
+        picks = torch.from_numpy(generator.integers(values.numel(),
+                                                    size=(BOOTSTRAP_RESAMPLES, values.numel())))
+        resampled = utility(from_samples(values[picks]))
+        return {
+            "objective": "static",
+            "mc_static_utility": float(utility(from_samples(values))),
+            "mc_static_utility_stderr": float(resampled.std()),
+            "static_threshold": float(np.mean(constants)),
+        }
+
+    def exact_summary(self, references, greedy, monte_carlo) -> dict[str, Any]:
+        """The exact static optimum and its gap to the Monte Carlo static utility (the
+        policy, not cell-Markov, is not evaluated exactly)."""
+        summary = dict(references.static_references(self.utility))
+        if "static_optimum" in summary:
+            summary["mc_static_gap"] = summary["static_optimum"] - monte_carlo["mc_static_utility"]
+        return summary
+
