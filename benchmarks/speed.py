@@ -36,8 +36,8 @@ Lightning DQN's in the same run.
 
 Targets (issues 3, 4, 6, 7 and 18): Lightning DQN <= 1.3x plain DQN; the command line's DQN
 <= 1.5x the lean loop; RS-UMDQN-C <= 6x Lightning DQN; C51, QR-DQN and IQN <= 3x Lightning
-DQN; peak memory of an RS-UMDQN-C run under 1 GB; 8 members of DQN >= 4x the throughput of 8
-sequential runs.
+DQN; peak memory of an RS-UMDQN-C run under 1 GB; 8 members of DQN >= 3.5x the throughput of 8
+sequential runs (issue 31).
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ TARGETS = {
     ("lightning_qr_dqn", "lightning_dqn"): 3.0,
     ("lightning_iqn", "lightning_dqn"): 3.0,
 }
-# Throughput of 8 members over 8 sequential runs: at least this much (issue 18; RS-UMDQN-C
-# has no target there, its stacked update is memory-bound on a CPU: see RESULTS.md).
-STACKED_TARGETS = {"dqn": 4.0, "rs_umdqn_c": None}
+# Throughput of 8 members over 8 sequential runs: at least this much on this 2-core CPU
+# (issue 31 restates issue 18's 4x as 3.5x: RESULTS.md says why the 4x and the 1.3x of the
+# single seed do not fit together here; RS-UMDQN-C has no target, its stacked update is
+# memory-bound on a CPU).
+STACKED_TARGETS = {"dqn": 3.5, "rs_umdqn_c": None}
 
 
 def _compose(agent: str, steps: int, threads: int, compiled: bool = False, members: int = 1):
@@ -98,8 +100,8 @@ def time_lightning(agent: str, steps: int, threads: int, compiled: bool = False,
     import pytorch_lightning as pl
     import torch
 
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build, quiet_lightning
-    from rs_lightning.schema import validate
 
     quiet_lightning()
     torch.set_num_threads(threads)
@@ -241,8 +243,8 @@ def update_flops(agent: str, threads: int, members: int = 1, updates: int = 200)
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build
-    from rs_lightning.schema import validate
 
     torch.set_num_threads(threads)
     settings = validate(_compose(agent, 1, threads, members=members))
@@ -250,13 +252,13 @@ def update_flops(agent: str, threads: int, members: int = 1, updates: int = 200)
     datamodule, module = build(settings)
     module.configure_optimizers()
     optimizer = module.configure_optimizers()
-    stream = iter(datamodule.train_dataloader())
+    collector = next(iter(datamodule.train_dataloader()))
     for _ in range(600):  # a replay memory with some history in it
-        batch = next(stream)
-    transitions = batch.transitions
+        experience = collector.experience(module)
+    transitions = experience.transitions
 
     def update() -> None:
-        losses, _ = module.agent.loss(transitions, module.target_agent, module.utility.greedy)
+        losses, _ = module.members.loss(transitions, module.target_members, module.utility.greedy)
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         optimizer.step()

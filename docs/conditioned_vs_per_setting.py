@@ -4,7 +4,7 @@ For each world, a risk-conditioned run (``agent.risk_conditioned=true``, several
 evaluated at each alpha of ``--alpha`` and set beside a sweep of runs trained separately at
 those alphas (one job per alpha, the same seeds), each evaluated at its own alpha; several
 conditioned runs of a world (e.g. of two budgets) each get their own points. All go through
-the same evaluation (``rs_lightning.frontier.evaluate_setting``: Monte Carlo E,
+the same evaluation (``rs_lightning.analysis.frontier.evaluate_setting``: Monte Carlo E,
 VaR_rho, CVaR_rho and, on the grid worlds, the exact figures and the path from the start), so
 the points differ only by how the policy was trained. The training time of each approach is
 the sum of its runs' ``train_seconds`` (kept in each run's last checkpoint: wall time of
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from rs_lightning.analysis.frontier import evaluate_setting, seed_runs
+from rs_lightning.analysis.plots import COLORS, _pyplot, _save
+from rs_lightning.analysis.runs import load_run
 from rs_lightning.engine.checkpoints import read_checkpoint
-from rs_lightning.frontier import evaluate_setting, seed_runs
-from rs_lightning.plots import COLORS, _pyplot, _save
-from rs_lightning.runs import load_run
 
 MARKERS = ("s", "o", "^", "v", "D")
 

@@ -5,7 +5,7 @@
 # and an offline W&B summary run, all in <sweep>/report/) and copies the figures the README
 # shows into docs/figures/. The distribution figures are those of the seed-0 RS-UMDQN-C job
 # of each environment, at a state where the risk-averse and the expectation-seeking choices
-# differ (rs_lightning.report.DECISION_CELLS).
+# differ (rs_lightning.analysis.report.DECISION_CELLS).
 set -euo pipefail
 sweep="${1:?usage: bash docs/make_figures.sh <paper_table sweep folder>}"
 out="$(dirname "$0")/figures"

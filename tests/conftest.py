@@ -46,6 +46,8 @@ def compose():
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import rs_lightning.app.run_names  # noqa: F401  (the folder names' resolvers, as train.py)
+
     def _compose(overrides=()):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return hydra_compose(config_name="train", overrides=list(overrides))

@@ -29,6 +29,8 @@ from scipy import special
 from rs_lightning.agents import AGENTS, Problem, Transitions
 from rs_lightning.agents.c51 import project_onto_atoms
 from rs_lightning.agents.umdqn_kl import flow_log_density
+from rs_lightning.app.train import run
+from rs_lightning.config.schema import agent_config_from
 from rs_lightning.risk import (
     RISK_MEASURES,
     ReturnDistribution,
@@ -38,8 +40,6 @@ from rs_lightning.risk import (
     from_cdf,
     value_at_risk,
 )
-from rs_lightning.schema import agent_config_from
-from rs_lightning.train import run
 from tests.conftest import CONF
 from tests.test_risk import Mixture
 
@@ -683,7 +683,7 @@ def test_paper_table_takes_any_list_of_agents():
 
 
 def test_agents_table_preset(compose):
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
 
     jobs = sweep_jobs("agents_table")
     agents = {job["agent"] for job in jobs}

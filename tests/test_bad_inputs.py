@@ -19,10 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rs_lightning.cli import check_group_files, check_overrides, describe_hydra_error
+from rs_lightning.app.cli import (
+    check_group_files,
+    check_overrides,
+    describe_hydra_error,
+)
+from rs_lightning.app.jobs import skip_resume_or_run
+from rs_lightning.app.train import run
 from rs_lightning.errors import ConfigError
-from rs_lightning.jobs import skip_resume_or_run
-from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
 
 # The finished run the cases are aimed at: a short DQN run on risky rewards.
@@ -491,9 +495,9 @@ def test_the_lattice_rule_counts_the_nodes_of_the_lattice_built(low, high, step)
 
 
 def test_the_memory_estimate_names_the_largest_part_and_the_limit(compose):
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.resources import check_memory, replay_bytes
     from rs_lightning.envs.factory import env_problem
-    from rs_lightning.schema import validate
 
     settings = validate(compose(["agent=dqn", "learning.replay_capacity=1000000"]))
     problem = env_problem(settings.train.env)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rs_lightning.app.train import run
 from rs_lightning.engine.build import AtomicCheckpointIO
 from rs_lightning.engine.checkpoints import (
     DATAMODULE,
@@ -32,7 +33,6 @@ from rs_lightning.envs.plain_state import (
     restore_state,
 )
 from rs_lightning.errors import ConfigError
-from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
 
 # A CartPole run (environment copies through gymnasium) that writes a checkpoint at step 40.
@@ -287,7 +287,7 @@ def test_a_poisoned_checkpoint_in_a_sweep_job_fails_that_job_and_runs_nothing(gy
 
 
 def test_a_restart_ends_the_n_step_windows_episodes_as_a_time_limit_would():
-    from rs_lightning.replay import NStepReturns
+    from rs_lightning.engine.replay import NStepReturns
 
     window = NStepReturns(3, 0.5, copies=1, obs_shape=(1,))
     for t in range(2):  # two steps of an episode in progress

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError
-from rs_lightning.schema import validate
 from tests.conftest import CONF
 
 GROUPS = ["agent", "risk", "env", "logger", "trainer", "callbacks", "debug"]

@@ -1,4 +1,4 @@
-"""Defaults of ``env=gym`` derived from what gymnasium declares (rs_lightning.envs.derived_defaults),
+"""Defaults of ``env=gym`` derived from what gymnasium declares (rs_lightning.config.derived_defaults),
 and ``debug=quick``'s episode counts on long-episode environments."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pytest
 from omegaconf import OmegaConf
 
 import tests.gym_test_envs  # noqa: F401  (registers ShiftedCounter-v0)
+from rs_lightning.config.schema import validate
 from rs_lightning.envs.gym_support import (
     declared_reward_bounds,
     discounted_return_bounds,
     scaled_reward_bounds,
     unit_reward_scale,
 )
-from rs_lightning.schema import validate
 
 
 def env_of(compose, *overrides):
@@ -57,7 +57,7 @@ def test_the_resolved_config_records_the_numbers_used(compose):
 
 
 def test_an_env_declaring_no_rewards_warns_and_names_the_keys(compose, capsys):
-    import rs_lightning.envs.derived_defaults as derived
+    import rs_lightning.config.derived_defaults as derived
 
     derived._warned.discard("ShiftedCounter-v0")
     train = env_of(compose, "env.id=ShiftedCounter-v0")

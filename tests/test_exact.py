@@ -19,7 +19,7 @@ from rs_lightning.envs import (
     RiskyTransitions,
     TwoStage,
 )
-from rs_lightning.envs.exact import PAPER_PATHS, GaussianMixture, exact_return
+from rs_lightning.references.exact import PAPER_PATHS, GaussianMixture, exact_return
 
 RHO, ALPHA = 0.1, 0.5
 CLASSES = {"risky_rewards": RiskyRewards, "risky_transitions": RiskyTransitions,

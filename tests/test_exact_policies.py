@@ -11,8 +11,9 @@ import pytest
 from scipy import stats
 
 from rs_lightning.envs import RiskyGridWorld
-from rs_lightning.envs.exact import PAPER_PATHS, GaussianMixture, exact_return
-from rs_lightning.envs.exact_policies import (
+from rs_lightning.envs.grid_worlds import CELLS, RIGHT, START, UP
+from rs_lightning.references.exact import PAPER_PATHS, GaussianMixture, exact_return
+from rs_lightning.references.exact_policies import (
     CYCLE,
     action_laws,
     episode_report,
@@ -29,7 +30,6 @@ from rs_lightning.envs.exact_policies import (
     static_switch_points,
     static_utility,
 )
-from rs_lightning.envs.grid_worlds import CELLS, RIGHT, START, UP
 from rs_lightning.risk import Utility
 
 RHO, GAMMA = 0.1, 0.9  # the paper's risk level and discount (conf/env/*.yaml)

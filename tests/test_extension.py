@@ -14,11 +14,24 @@ import torch
 from omegaconf import MISSING
 
 import tests.test_agents as agent_tests
-from rs_lightning.agents.base import AGENTS, Agent, AgentConfig, ChooseAction, mlp, register_agent
+from rs_lightning.agents.base import (
+    AGENTS,
+    Agent,
+    AgentConfig,
+    ChooseAction,
+    mlp,
+    register_agent,
+)
+from rs_lightning.app.train import run
 from rs_lightning.objectives import OBJECTIVES, register_objective
 from rs_lightning.objectives.static import AccumulatedReturns, Static, start_input
-from rs_lightning.risk import RISK_MEASURES, ReturnDistribution, expectation, from_quantiles, risk_measure
-from rs_lightning.train import run
+from rs_lightning.risk import (
+    RISK_MEASURES,
+    ReturnDistribution,
+    expectation,
+    from_quantiles,
+    risk_measure,
+)
 from rs_lightning.types import Transitions
 
 
@@ -173,8 +186,8 @@ def test_a_new_objective_trains_and_resumes_exactly(fixed_threshold, compose, tm
 
 
 def test_an_unknown_objective_is_refused_in_one_line_naming_the_registered_ones(compose):
+    from rs_lightning.config.schema import validate
     from rs_lightning.errors import ConfigError
-    from rs_lightning.schema import validate
 
     with pytest.raises(ConfigError) as error:
         validate(compose(["objective=fixed_threshold"]))

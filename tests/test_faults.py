@@ -16,11 +16,11 @@ import time
 import pytest
 import torch
 
+from rs_lightning.analysis.wandb_support import wandb_online_problem
+from rs_lightning.app.train import run
 from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.errors import NumericalFault
 from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
-from rs_lightning.train import run
-from rs_lightning.wandb_support import wandb_online_problem
 from tests.conftest import ROOT
 
 
@@ -161,11 +161,11 @@ def test_nan_parameters_stop_the_run_even_when_skipping(compose, tmp_path):
 
 
 def test_a_checkpoint_of_nan_weights_is_refused_before_writing(compose):
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
 
     _, module = build(validate(compose(QUICK_DQN)))
     with torch.no_grad():
-        next(module.agent.parameters())[0] = float("inf")
+        next(module.members.parameters())[0] = float("inf")
     with pytest.raises(NumericalFault, match="non-finite parameters at step 7"):
         module.on_save_checkpoint({"global_step": 7})
 
@@ -202,7 +202,7 @@ def test_no_wandb_credentials_means_offline_without_a_prompt(monkeypatch, tmp_pa
 
 # ---------------------------------------------------------------- faults in every phase
 # A short run with a checkpoint at updates 100 and 200 and one periodic evaluation; the
-# same command (rs_lightning.jobs.run_job, in-process: the run folder is the working
+# same command (rs_lightning.app.jobs.run_job, in-process: the run folder is the working
 # directory outside Hydra) after each fault must end with the uninterrupted run's eval.json.
 PHASED = ["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
           "trainer.max_steps=200", "evaluation.every_n_steps=100",
@@ -211,7 +211,7 @@ PHASED = ["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=fal
 
 def run_job_here(compose, overrides, folder, monkeypatch) -> int:
     """The job ``python train.py <overrides> hydra.run.dir=<folder>`` runs; its exit status."""
-    from rs_lightning.jobs import run_job
+    from rs_lightning.app.jobs import run_job
 
     folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)
@@ -306,12 +306,12 @@ def test_a_failed_write_is_one_line_and_the_same_command_resumes(
 
 SIGTERM_PHASES = [
     # (phase, the function during which SIGTERM arrives, members)
-    ("training", "rs_lightning.periodic_evaluation.evaluate_policy", 1),
-    ("training", "rs_lightning.periodic_evaluation.evaluate_policy", 2),
-    ("final evaluation", "rs_lightning.train.evaluate_run", 1),
-    ("final evaluation", "rs_lightning.train.evaluate_run", 2),
-    ("writing outputs", "rs_lightning.evaluation.write_json_atomic", 1),
-    ("writing outputs", "rs_lightning.train.write_json_atomic", 2),
+    ("training", "rs_lightning.analysis.periodic_evaluation.evaluate_policy", 1),
+    ("training", "rs_lightning.analysis.periodic_evaluation.evaluate_policy", 2),
+    ("final evaluation", "rs_lightning.analysis.run_outputs.evaluate_run", 1),
+    ("final evaluation", "rs_lightning.analysis.run_outputs.evaluate_run", 2),
+    ("writing outputs", "rs_lightning.analysis.evaluation.write_json_atomic", 1),
+    ("writing outputs", "rs_lightning.app.train.write_json_atomic", 2),
 ]
 
 

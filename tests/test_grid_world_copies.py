@@ -9,7 +9,11 @@ import torch
 
 import rs_lightning.envs  # noqa: F401
 from rs_lightning.envs import GRID_WORLDS, OTHER_GRID_WORLDS
-from rs_lightning.envs.grid_world_copies import _FEW, GridWorldCopies, unwrapped_grid_world
+from rs_lightning.envs.grid_world_copies import (
+    _FEW,
+    GridWorldCopies,
+    unwrapped_grid_world,
+)
 from rs_lightning.envs.gym_support import BoundsNormalizedObservation
 
 
@@ -78,8 +82,8 @@ def test_tensor_copies_step_as_gymnasiums_vector_api(name, compose):
     state round trip through a weights-only checkpoint."""
     import io
 
+    from rs_lightning.config.schema import validate
     from rs_lightning.envs.copies import GymCopies, make_copies
-    from rs_lightning.schema import validate
 
     env = validate(compose([f"env={name}"])).train.env
     seeds = [11, 12, 13, 14, 15, 16]

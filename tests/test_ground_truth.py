@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rs_lightning.envs.exact import PAPER_PATHS, GaussianMixture, exact_return
+from rs_lightning.analysis.evaluation import evaluate_policy
 from rs_lightning.envs.grid_worlds import REWARD_STD
-from rs_lightning.evaluation import evaluate_policy
-from rs_lightning.ground_truth import (
+from rs_lightning.references.exact import PAPER_PATHS, GaussianMixture, exact_return
+from rs_lightning.references.ground_truth import (
     distribution_distances,
     exact_policy_metrics,
     exact_utility,
@@ -115,8 +115,11 @@ def two_stage_config():
 def test_objective_references_on_a_world_where_the_objectives_disagree():
     """TwoStage: the per-decision fixed point goes green, the static optimum orange; a policy
     at the fixed point leaves exactly the difference of the two static utilities."""
-    from rs_lightning.envs.exact_policies import per_decision_fixed_point, static_optimum
-    from rs_lightning.ground_truth import objective_references
+    from rs_lightning.references.exact_policies import (
+        per_decision_fixed_point,
+        static_optimum,
+    )
+    from rs_lightning.references.ground_truth import objective_references
 
     utility = Utility(0.5, "var", {"rho": 0.1})
     fixed_point = per_decision_fixed_point("two_stage", utility, gamma=0.9)
@@ -136,7 +139,7 @@ def test_objective_references_on_a_world_where_the_objectives_disagree():
 
 
 def test_objective_references_off_the_grid_worlds_and_without_a_closed_form():
-    from rs_lightning.ground_truth import objective_references
+    from rs_lightning.references.ground_truth import objective_references
 
     off_grid = OmegaConf.create({"id": "CartPole-v1", "kwargs": {}, "gamma": 0.99,
                                  "grid_size": None})

@@ -15,9 +15,11 @@ import torch
 from omegaconf import OmegaConf
 
 import tests.gym_test_envs  # noqa: F401  (registers TinyImage-v0, ShiftedCounter-v0)
+from rs_lightning.app.train import run
+from rs_lightning.config.schema import EnvSection
 from rs_lightning.engine.experience import Collector
+from rs_lightning.engine.replay import ReplayMemory
 from rs_lightning.engine.rollout import Rollout, learning_reward
-from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.cliff_walking import (
     COLUMNS,
     START_STATE,
@@ -29,13 +31,11 @@ from rs_lightning.envs.cliff_walking import (
     nominal_path,
     optimal_expected_values,
 )
+from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.gym_support import bounds_normalization, discounted_return_bounds
 from rs_lightning.errors import ConfigError
 from rs_lightning.objectives import EpisodeState
-from rs_lightning.replay import ReplayMemory
-from rs_lightning.schema import EnvSection
-from rs_lightning.train import run
 from tests.conftest import CONF, ROOT
 
 PRESETS = ("cartpole", "cliff_walking", "frozen_lake", "lunar_lander")
@@ -172,7 +172,7 @@ def test_missing_box2d_names_the_extra_to_install(monkeypatch):
     ("observation_normalization", "zscore", "must be one of none, bounds"),
 ])
 def test_bad_env_settings_name_the_key(compose, key, value, allowed):
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
 
     with pytest.raises(ConfigError) as error:
         validate(compose(["env=cartpole", f"env.{key}={value}"]))
@@ -192,7 +192,7 @@ def test_discounted_return_bounds():
 def test_presets_cover_the_returns_of_their_rewards(name):
     section = preset(name)
     if name == "lunar_lander" and not box2d_installed():
-        pytest.skip("needs the box2d extra")
+        pytest.skip("the box2d extra (pip install -e '.[box2d]')")
     env = make_env(section)
     assert isinstance(env.action_space, gym.spaces.Discrete)
     assert env.spec.max_episode_steps == section.max_episode_steps
@@ -347,8 +347,8 @@ def test_env_copies_make_one_update_per_environment_step():
 def test_copies_act_as_one_environment_row_by_row(compose):
     """Copy i of a member acts with the epsilon of step t + i and draws from the member's
     generator in copy order: N copies act as N steps of one environment."""
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build
-    from rs_lightning.schema import validate
 
     settings = validate(compose(["env=cartpole", "agent=dqn", "learning.epsilon_decay=20"]))
     _, row_module = build(settings)
@@ -379,7 +379,7 @@ def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
     assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
 
     # A checkpoint of another number of copies is refused before anything is written.
-    from rs_lightning.run_folders import check_inputs
+    from rs_lightning.app.run_folders import check_inputs
 
     with pytest.raises(ConfigError) as error:
         check_inputs(compose([*VECTOR_RUN, "env.num_envs=1", f"ckpt_path={checkpoint}"]))
@@ -390,7 +390,7 @@ def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_trains_and_is_evaluated(compose, tmp_path, name):
     if name == "lunar_lander" and not box2d_installed():
-        pytest.skip("needs the box2d extra")
+        pytest.skip("the box2d extra (pip install -e '.[box2d]')")
     summary = run(compose([f"env={name}", "agent=dqn", "logger=none", "callbacks.progress_bar=false",
                            "trainer.max_steps=40", "learning.warmup_steps=16",
                            "trainer.checkpoint_every_n_steps=0", "evaluation.every_n_steps=20",
@@ -410,15 +410,15 @@ def test_every_preset_trains_and_is_evaluated(compose, tmp_path, name):
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_trains_from_the_command_line(tmp_path, name):
     if name == "lunar_lander" and not box2d_installed():
-        pytest.skip("needs the box2d extra")
+        pytest.skip("the box2d extra (pip install -e '.[box2d]')")
     result = train_cli(f"env={name}", "debug=quick", "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "return_histogram" in json.loads((tmp_path / "run" / "eval.json").read_text())
 
 
 def test_return_histogram_figure(tmp_path):
-    from rs_lightning.evaluation import return_histogram
-    from rs_lightning.return_histograms import plot_return_histograms
+    from rs_lightning.analysis.evaluation import return_histogram
+    from rs_lightning.analysis.return_histograms import plot_return_histograms
 
     rng = np.random.default_rng(0)
     rows = [{"env": "CartPole-v1", "agent": "dqn", "alpha": 1.0, "risk": "var", "rho": 0.1,
@@ -431,7 +431,11 @@ def test_return_histogram_figure(tmp_path):
 
 
 def test_result_tools_pure_functions():
-    from rs_lightning.gym_results import first_reaching, tradeoff_points, visit_counts
+    from rs_lightning.analysis.gym_results import (
+        first_reaching,
+        tradeoff_points,
+        visit_counts,
+    )
 
     history = [{"step": 200, "expectation": 480.0}, {"step": 100, "expectation": 475.0},
                {"step": 50, "expectation": 20.0}]
@@ -447,7 +451,7 @@ def test_result_tools_pure_functions():
 
 
 def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
-    from rs_lightning.gym_results import main
+    from rs_lightning.analysis.gym_results import main
 
     for name, clock in (("timed", ', "train_seconds": 61.5'), ("old", "")):
         (tmp_path / name).mkdir()
@@ -462,7 +466,7 @@ def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
 
 
 def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
-    from rs_lightning.gym_results import greedy_visits, heatmap_panel, main
+    from rs_lightning.analysis.gym_results import greedy_visits, heatmap_panel, main
 
     run_dir = tmp_path / "stacked"
     run(compose(["env=cliff_walking", "agent=dqn", "parallel_seeds=2", "debug=quick",

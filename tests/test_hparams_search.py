@@ -13,11 +13,11 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
+from rs_lightning.analysis.report import STUDY_TABLE_KEY, main, wandb_report
+from rs_lightning.analysis.study import run_objective
+from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError
 from rs_lightning.files import read_jsonl
-from rs_lightning.objective import run_objective
-from rs_lightning.report import STUDY_TABLE_KEY, main, wandb_report
-from rs_lightning.schema import validate
 from tests.conftest import ROOT
 from tests.wandb_files import summary
 
@@ -130,7 +130,7 @@ def test_wandb_report_spec_shows_the_study():
 def test_a_study_whose_trials_all_failed_says_so():
     import optuna
 
-    from rs_lightning.cli import describe_hydra_error
+    from rs_lightning.app.cli import describe_hydra_error
 
     study = optuna.create_study(direction="maximize")
     with pytest.raises(ValueError) as raised:

@@ -17,10 +17,10 @@ from omegaconf import OmegaConf
 from rs_lightning.agents import AGENTS, Problem, Transitions
 from rs_lightning.agents.members import make_members, member_state
 from rs_lightning.agents.networks import ConvTorso, NetworkConfig, conv2d
+from rs_lightning.app.train import run
 from rs_lightning.envs.factory import env_problem, make_env
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import Utility
-from rs_lightning.train import run
 from tests.conftest import CONF
 
 IMAGE = (6, 5, 3)  # [H, W, C]: height and width differ, so a wrong layout cannot pass
@@ -174,7 +174,7 @@ def test_minatar_ids_without_the_extra_name_it(monkeypatch):
 
 
 def test_a_minatar_run(compose, tmp_path):
-    pytest.importorskip("minatar")
+    pytest.importorskip("minatar", reason="the minatar extra (pip install -e '.[minatar]')")
     summary = run(compose(["experiment=minatar", "agent=qr_dqn", "alpha=0.5", "risk=cvar",
                            "env.num_envs=2", "learning.replay_capacity=500",
                            "learning.warmup_steps=64", "trainer.max_steps=60",
@@ -188,7 +188,7 @@ def test_a_minatar_run(compose, tmp_path):
 
 
 def test_a_byte_replay_memory_samples_what_a_float_one_does():
-    from rs_lightning.replay import ReplayMemory
+    from rs_lightning.engine.replay import ReplayMemory
 
     memories = [ReplayMemory(50, (12,), seeds=[3, 4], obs_dtype=dtype)
                 for dtype in (torch.float32, torch.uint8)]

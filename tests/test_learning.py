@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from rs_lightning.envs.exact import PAPER_PATHS, exact_return
-from rs_lightning.train import run
+from rs_lightning.app.train import run
+from rs_lightning.references.exact import PAPER_PATHS, exact_return
 
 ENVS = ["risky_rewards", "risky_transitions", "risky_grid_world"]
 

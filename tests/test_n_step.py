@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from rs_lightning.agents import Transitions
+from rs_lightning.app.train import run
+from rs_lightning.engine.replay import NStepReturns, update_ratio
 from rs_lightning.errors import ConfigError
-from rs_lightning.replay import NStepReturns, update_ratio
 from rs_lightning.risk import Utility
-from rs_lightning.train import run
 from tests.test_agents import CELLS, make_agent
 from tests.test_gym_envs import ActionsOf, env_section, one_member_collector
 
@@ -238,7 +238,7 @@ def test_n_step_run_resumes_to_the_same_run(compose, tmp_path):
     assert resumed == full
     assert (tmp_path / "resumed" / "eval.json").read_text() == (tmp_path / "full" / "eval.json").read_text()
 
-    from rs_lightning.run_folders import check_inputs
+    from rs_lightning.app.run_folders import check_inputs
 
     for override, message in (("learning.n_step=2", "written with learning.n_step=3"),
                               ("learning.updates_per_step=1", "learning.updates_per_step=0.4")):

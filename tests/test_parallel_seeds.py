@@ -10,8 +10,8 @@ import torch
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.base import Problem, linear
 from rs_lightning.agents.members import member_state, stack_members
-from rs_lightning.results import collect
-from rs_lightning.train import run
+from rs_lightning.analysis.results import collect
+from rs_lightning.app.train import run
 
 PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
 STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
@@ -149,8 +149,8 @@ def test_an_interrupted_stacked_run_resumes_from_its_checkpoint(compose, tmp_pat
 def test_every_agent_trains_several_seeds(compose):
     """Agents that cannot stack their parameters (IQN) run their members one after the
     other; nothing refuses them any more."""
+    from rs_lightning.config.schema import validate
     from rs_lightning.errors import ConfigError
-    from rs_lightning.schema import validate
 
     for name in sorted(set(AGENTS) - set(STACKABLE)):
         validate(compose([f"agent={name}", "parallel_seeds=2"]))
@@ -190,8 +190,8 @@ def test_seeds_and_env_copies_together_match_their_single_seed_runs(compose, tmp
 def test_hardware_compile_compiles_sequential_and_stacked_agents(compose, parallel_seeds):
     """hardware.compile=true wraps the agent's loss and return distribution in torch.compile
     whether the seeds run one per process or stacked (nothing is compiled until called)."""
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build
-    from rs_lightning.schema import validate
 
     def built(compiled: bool):
         settings = validate(compose(["agent=dqn", f"parallel_seeds={parallel_seeds}",
@@ -199,7 +199,7 @@ def test_hardware_compile_compiles_sequential_and_stacked_agents(compose, parall
         return build(settings)[1]
 
     def compiled_functions(module):
-        return {name for network in module.agent.networks() for name in ("loss", "return_distribution")
+        return {name for network in module.members.networks() for name in ("loss", "return_distribution")
                 if hasattr(getattr(network, name), "_torchdynamo_orig_callable")}
 
     assert compiled_functions(built(True)) == {"loss", "return_distribution"}

@@ -135,7 +135,7 @@ def test_published_criterion_is_passed_to_tianshou_workers_and_refused_for_sb3(c
 
 @pytest.mark.parametrize("agent", peers.OUR_AGENTS)
 def test_each_agent_has_a_cartpole_preset_on_top_of_the_common_one(compose, agent):
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
 
     train = validate(compose([f"experiment=cartpole_fast_{agent}"])).train
     common = validate(compose(["experiment=cartpole_fast", f"agent={agent}"])).train

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from rs_lightning.plots import main, plot_return_distributions
-from rs_lightning.runs import load_run
-from rs_lightning.train import run
+from rs_lightning.analysis.plots import main, plot_return_distributions
+from rs_lightning.analysis.runs import load_run
+from rs_lightning.app.train import run
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,9 @@ def test_cli_draws_the_default_state_and_rejects_a_non_run(quick_run, tmp_path, 
 def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
     import shutil
 
-    from rs_lightning.plots import plot_learning_curves
-
     from omegaconf import OmegaConf
+
+    from rs_lightning.analysis.plots import plot_learning_curves
 
     sweep = tmp_path / "sweep"
     for seed in (0, 1):  # two job folders standing for two seeds
@@ -72,7 +72,7 @@ def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
 
 
 def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):
-    from rs_lightning.evaluation import main as evaluate_main
+    from rs_lightning.analysis.evaluation import main as evaluate_main
 
     written = (quick_run / "eval.json").read_text()
     assert evaluate_main([str(quick_run)]) == 0
@@ -80,7 +80,7 @@ def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):
 
 
 def test_evaluation_episodes_of_different_seeds_are_independent():
-    from rs_lightning.evaluation import episode_seeds
+    from rs_lightning.analysis.evaluation import episode_seeds
 
     first, second = episode_seeds(0, 10_000), episode_seeds(1, 10_000)
     assert len(set(first) & set(second)) < 5  # 32-bit seeds: chance collisions only
@@ -100,8 +100,8 @@ def test_a_run_recorded_before_newer_keys_still_loads(quick_run, tmp_path):
     config.logger.pop("online_timeout", None)
     OmegaConf.save(config, old / "config.yaml")
     run = load_run(old)
-    assert run.settings.train.learning.on_non_finite == "stop"
-    assert run.settings.train.learning.lr == config.learning.lr  # recorded values kept
+    assert run.run_config.train.learning.on_non_finite == "stop"
+    assert run.run_config.train.learning.lr == config.learning.lr  # recorded values kept
 
 
 def test_learning_curves_keep_other_utility_settings_apart(tmp_path):
@@ -109,7 +109,7 @@ def test_learning_curves_keep_other_utility_settings_apart(tmp_path):
     folders of a parallel_seeds job count as runs."""
     from omegaconf import OmegaConf
 
-    from rs_lightning.plots import load_histories
+    from rs_lightning.analysis.plots import load_histories
 
     def run_folder(path, alpha, seed=0):
         path.mkdir(parents=True)

@@ -74,7 +74,7 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_within_the_width():
 def test_without_a_terminal_size_plain_lines_keep_the_last_evaluation(compose, tmp_path, capfd):
     """A real run (stderr is no terminal under pytest): a line after the evaluation at step
     100, and the final line at 150 still shows that evaluation's values."""
-    from rs_lightning.train import run
+    from rs_lightning.app.train import run
 
     cfg = compose(["agent=dqn", "debug=quick", "logger=none", "trainer.max_steps=150",
                    "evaluation.every_n_steps=100", "evaluation.episodes=20",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from rs_lightning.types import Transitions
 from rs_lightning.engine.behaviour import exploration_rate
-from rs_lightning.replay import ReplayMemory
+from rs_lightning.engine.replay import ReplayMemory
+from rs_lightning.types import Transitions
 
 
 def add(replay, obs, action, reward, next_obs, terminated):
@@ -66,7 +66,7 @@ def test_linear_schedule_reaches_the_end_and_stays():
 
 
 def test_the_collector_warms_up_then_gives_one_batch_per_env_step(compose):
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build
 
     settings = validate(compose(["learning.warmup_steps=40", "logger=none"]))

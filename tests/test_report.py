@@ -9,7 +9,12 @@ import sys
 
 import pytest
 
-from rs_lightning.report import REPORT_CURVES, RESULTS_TABLE_KEY, main, wandb_report
+from rs_lightning.analysis.report import (
+    REPORT_CURVES,
+    RESULTS_TABLE_KEY,
+    main,
+    wandb_report,
+)
 from tests.conftest import ROOT
 
 
@@ -93,8 +98,8 @@ def test_training_runs_log_exact_metrics_and_distances(sweep):
 
 
 def test_wandb_report_spec_plots_what_the_runs_log(sweep):
-    from wandb_workspaces.expr import expr_to_filters
     import wandb_workspaces.reports.v2 as wr
+    from wandb_workspaces.expr import expr_to_filters
 
     spec = wandb_report("rs-lightning", None, sweep.name, ["learning_curves"])
     grids = [block for block in spec.blocks if isinstance(block, wr.PanelGrid)]
@@ -147,8 +152,8 @@ def test_online_report_without_credentials_logs_offline(sweep, tmp_path, monkeyp
 
 def test_return_histogram_title_fits_a_single_setting(tmp_path, monkeypatch):
     """With one setting the figure is one panel wide; its title must not be cut."""
-    import rs_lightning.plots as plots
-    from rs_lightning.return_histograms import plot_return_histograms
+    import rs_lightning.analysis.plots as plots
+    from rs_lightning.analysis.return_histograms import plot_return_histograms
 
     inside = []
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rs_lightning.results import collect, main, summarize, write_results
-from rs_lightning.stats import (
+from rs_lightning.analysis.results import collect, main, summarize, write_results
+from rs_lightning.analysis.stats import (
     NUMPY_METHOD,
     RLIABLE_METHOD,
     bootstrap_band,
@@ -198,7 +198,7 @@ def test_agent_specific_keys_are_told_by_the_agent_name(tmp_path):
 
 
 def test_the_alpha_tradeoff_refuses_runs_that_differ_in_more_than_alpha(tmp_path, capsys):
-    from rs_lightning.gym_results import main as gym_results
+    from rs_lightning.analysis.gym_results import main as gym_results
 
     run_folder(tmp_path / "0_learning.lr=0.0001", lr=1e-4)
     run_folder(tmp_path / "1_learning.lr=0.01", lr=1e-2)
@@ -294,16 +294,18 @@ def test_the_results_table_and_curves_read_run_folders_without_the_training_code
     from tests.conftest import ROOT
 
     modules = ("results", "stats", "plots", "return_histograms")
-    code = (f"import sys; import {', '.join(f'rs_lightning.{m}' for m in modules)}; "
+    code = (f"import sys; import {', '.join(f'rs_lightning.analysis.{m}' for m in modules)}; "
             "print(' '.join(sorted(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split()
-    training = ("train", "engine", "jobs", "runs", "agents")
-    assert not [m for m in loaded if m.startswith("rs_lightning.") and m.split(".")[1] in training]
+    training = ("rs_lightning.app", "rs_lightning.engine", "rs_lightning.agents",
+                "rs_lightning.objectives", "rs_lightning.analysis.runs")
+    assert not [m for m in loaded if m.startswith(training)]
+    assert "rs_lightning.analysis.results" in loaded
 
 
 def test_the_exact_table_shows_the_static_utility_and_its_gap():
-    from rs_lightning.results import table_columns, table_rows
+    from rs_lightning.analysis.results import table_columns, table_rows
 
     rows = []
     for seed, gap in enumerate([0.0, 0.2]):

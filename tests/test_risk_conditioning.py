@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.report import main as report
+from rs_lightning.analysis.report import main as report
+from rs_lightning.analysis.runs import load_run
+from rs_lightning.app.train import run
 from rs_lightning.risk import (
     RISK_MEASURES,
     ReturnDistribution,
@@ -21,8 +23,6 @@ from rs_lightning.risk import (
     declared_parameter,
 )
 from rs_lightning.risk.conditioning import RiskConditioning, widen
-from rs_lightning.runs import load_run
-from rs_lightning.train import run
 from tests.conftest import ROOT
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
@@ -95,8 +95,8 @@ def test_settings_per_batch_share_each_setting_over_a_block_of_rows():
 
 def test_one_setting_per_batch_is_drawn_by_each_member(compose):
     """settings_per_batch=1: each member's batch shares one setting; members draw their own."""
+    from rs_lightning.config.schema import validate
     from rs_lightning.engine.build import build
-    from rs_lightning.schema import validate
     from rs_lightning.types import Transitions
 
     settings = validate(conditioned(compose, "agent=rs_umdqn_c", "parallel_seeds=2",
@@ -218,7 +218,7 @@ def test_the_default_run_is_unchanged_by_the_conditioning_keys(compose, tmp_path
 
 
 def test_frontier_and_evaluation_at_a_setting_write_their_files(compose, tmp_path):
-    from rs_lightning import evaluation, frontier
+    from rs_lightning.analysis import evaluation, frontier
 
     run(conditioned(compose, "agent=c51", "parallel_seeds=2", "trainer.max_steps=60",
                     "env=risky_grid_world"), run_dir=tmp_path / "run")
@@ -247,7 +247,7 @@ def test_frontier_and_evaluation_at_a_setting_write_their_files(compose, tmp_pat
 
 
 def test_frontier_of_a_plain_run_reweighs_its_one_law(compose, tmp_path):
-    from rs_lightning import frontier
+    from rs_lightning.analysis import frontier
 
     run(compose([*QUICK, "agent=qr_dqn", "trainer.max_steps=60"]), run_dir=tmp_path / "run")
     result = frontier.frontier([tmp_path / "run"], [0.0, 1.0], None, 20, tmp_path / "front",

@@ -2,7 +2,7 @@
 seeds, the paper's 30,000 updates, per agent and world).
 
 The reference is the per-decision fixed point of the paper's rule on the exact return laws
-(:func:`rs_lightning.envs.exact_policies.per_decision_fixed_point`, VaR_0.1, gamma 0.9): the
+(:func:`rs_lightning.references.exact_policies.per_decision_fixed_point`, VaR_0.1, gamma 0.9): the
 path it takes from the start at each alpha. Where that fixed point is not unique (risky
 transitions, alpha 0.6692 to 0.7568: iteration from the green path stays green, from the
 orange one goes orange) both ends count as switch points. A risk-conditioned agent trained
@@ -19,14 +19,14 @@ import json
 import numpy as np
 import pytest
 
-from rs_lightning import frontier
-from rs_lightning.envs.exact import PAPER_PATHS
-from rs_lightning.envs.exact_policies import (
+from rs_lightning.analysis import frontier
+from rs_lightning.app.train import run
+from rs_lightning.references.exact import PAPER_PATHS
+from rs_lightning.references.exact_policies import (
     per_decision_fixed_point,
     per_decision_switch_points,
 )
 from rs_lightning.risk import Utility
-from rs_lightning.train import run
 
 ALPHAS = np.linspace(0.0, 1.0, 21).round(10).tolist()
 WORLDS = ("risky_rewards", "risky_transitions", "risky_grid_world")

@@ -28,6 +28,7 @@ import pytest
 import torch
 from scipy import integrate, optimize, special
 
+from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import (
     RISK_MEASURES,
@@ -44,7 +45,6 @@ from rs_lightning.risk import (
     value_at_risk,
     wang,
 )
-from rs_lightning.schema import validate
 from tests.test_risk import (
     CASES,
     DTYPES,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from rs_lightning.app.run_folders import LOCK, FolderInUse, RunFolderLock
+from rs_lightning.app.train import run
 from rs_lightning.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
-from rs_lightning.run_folders import LOCK, FolderInUse, RunFolderLock
-from rs_lightning.train import run
 from tests.conftest import ROOT
 
 QUICK = ["debug=quick", "logger=none", "agent=dqn", "callbacks.progress_bar=false"]
@@ -112,7 +112,7 @@ def test_the_lock_is_released_on_errors_and_is_reentrant(tmp_path):
 
 def test_a_folder_locked_by_another_process_is_refused(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys; from rs_lightning.run_folders import RunFolderLock\n"
+        [sys.executable, "-c", ("import sys; from rs_lightning.app.run_folders import RunFolderLock\n"
                                 f"with RunFolderLock({str(tmp_path)!r}):\n"
                                 "    print('held', flush=True); sys.stdin.read()")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

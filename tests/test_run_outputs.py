@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from rs_lightning.evaluation import summarize_returns
+from rs_lightning.analysis.evaluation import summarize_returns
 from rs_lightning.risk import Utility, cpw, from_samples, value_at_risk, wang
 from tests.conftest import ROOT
 
@@ -34,7 +34,7 @@ def test_eval_summary_holds_the_value_of_the_run_s_risk_measure(risk, params, me
 
 
 def test_the_policy_picture_draws_an_arrow_on_every_cell_but_the_goals(tmp_path, monkeypatch):
-    from rs_lightning import plots
+    from rs_lightning.analysis import plots
 
     drawn = []
 
@@ -65,7 +65,7 @@ def test_the_policy_command_writes_policy_png(tmp_path):
     run.mkdir()
     (run / "policy.json").write_text(json.dumps({f"{x},{y}": 1 for x in range(3) for y in range(3)}))
     (run / "config.yaml").write_text("env:\n  id: rs_lightning/RiskyGridWorld-v0\n")
-    from rs_lightning.plots import main
+    from rs_lightning.analysis.plots import main
 
     assert main(["policy", str(run)]) == 0
     assert (run / "policy.png").read_bytes()[:4] == b"\x89PNG"

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
+from rs_lightning.app.train import run
+from rs_lightning.config.schema import validate
 from rs_lightning.engine.build import build
-from rs_lightning.objectives.static import AccumulatedReturns, best_thresholds
 from rs_lightning.files import write_json_atomic
+from rs_lightning.objectives.static import AccumulatedReturns, best_thresholds
 from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.risk.static import StaticObjective
-from rs_lightning.schema import validate
-from rs_lightning.train import run
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
@@ -280,7 +280,7 @@ def test_the_best_threshold_is_the_same_in_passes_of_few_rows(monkeypatch):
 
 def test_the_cliff_walking_heatmap_follows_a_static_policy(compose, tmp_path):
     """The heat map steps a static run's policy with its (c, gamma^t, b)."""
-    from rs_lightning.gym_results import greedy_visits
+    from rs_lightning.analysis.gym_results import greedy_visits
 
     run(compose([*QUICK, "objective=static", "agent=qr_dqn", "env=cliff_walking",
                  "trainer.max_steps=40", "evaluation.episodes=5"]), run_dir=tmp_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rs_lightning.results import collect
+from rs_lightning.analysis.results import collect
 from tests.conftest import ROOT
 
 # Short jobs: 100 updates, a checkpoint and an evaluation every 50.

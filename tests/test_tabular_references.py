@@ -1,5 +1,5 @@
 """Exact references of the two objectives on tabular environments
-(rs_lightning.envs.tabular_references): the projected return laws against a closed form and
+(rs_lightning.references.tabular_references): the projected return laws against a closed form and
 against Monte Carlo of the real cliff walking, the per-decision fixed points and static
 optima of the cliff-walking preset, and the keys a run writes into eval.json."""
 
@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import rs_lightning.envs  # noqa: F401  (registers rs_lightning/SlipperyCliffWalking-v0)
-from rs_lightning.envs import tabular_references as tr
 from rs_lightning.envs.cliff_walking import (
     COLUMNS,
     START_STATE,
@@ -21,6 +20,7 @@ from rs_lightning.envs.cliff_walking import (
     lower_tail_mean,
     optimal_expected_values,
 )
+from rs_lightning.references import tabular_references as tr
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -311,7 +311,7 @@ def test_references_on_frozen_lake():
 
 
 def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_path):
-    from rs_lightning.train import run
+    from rs_lightning.app.train import run
 
     run_dir = tmp_path / "cliff"
     run(compose(["env=cliff_walking", "agent=dqn", "debug=quick", "logger=none",
@@ -327,7 +327,12 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
     assert summary["static_optimum_upper"] == pytest.approx(-15.16, abs=0.05)
     assert summary["static_gap"] <= summary["static_gap_upper"]
     # The results' exact table shows the references beside empty exact E, VaR, CVaR cells.
-    from rs_lightning.results import collect, summarize, table_columns, table_rows
+    from rs_lightning.analysis.results import (
+        collect,
+        summarize,
+        table_columns,
+        table_rows,
+    )
 
     table = summarize(collect(tmp_path))
     (cells,) = table_rows(table, "exact")
@@ -339,8 +344,8 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
 def test_a_static_run_gets_the_references_that_need_no_policy(compose):
     """A static policy is not one of the states alone: its eval.json gets the per-decision
     fixed point and the static optimum, the same numbers a per-decision run gets."""
-    from rs_lightning.ground_truth import static_references
-    from rs_lightning.schema import validate
+    from rs_lightning.config.schema import validate
+    from rs_lightning.references.ground_truth import static_references
 
     settings = validate(compose(["env=cliff_walking", "risk=cvar", "agent=c51",
                                  "objective=static"]))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rs_lightning.train import run
+from rs_lightning.app.train import run
 from tests.conftest import ROOT
 
 
@@ -148,7 +148,7 @@ def test_run_stopped_by_sigterm_saves_its_state_and_the_same_command_resumes_it(
     assert message.count("Stopped by SIGTERM") == 1 and "last.ckpt (update" in message
     assert [p.name for p in (stopped / "checkpoints").glob("*.ckpt")] == ["last.ckpt"]
 
-    from rs_lightning.jobs import skip_resume_or_run
+    from rs_lightning.app.jobs import skip_resume_or_run
 
     resumed = skip_resume_or_run(compose(overrides), stopped)  # what the same command runs
     full = run(compose(overrides), run_dir=tmp_path / "full")
@@ -165,8 +165,8 @@ def test_a_stop_inside_a_logging_window_resumes_to_the_same_metrics(compose, tmp
     """SIGTERM right after an episode ends, between two train/ rows: the episodes of the open
     window travel in the checkpoint, so the resumed run's metrics.csv equals the
     uninterrupted run's, value for value (but the wall-clock speed)."""
+    from rs_lightning.app.jobs import run_job
     from rs_lightning.engine.learner import QLearning
-    from rs_lightning.jobs import run_job
 
     overrides = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "agent=dqn",
                  "trainer.checkpoint_every_n_steps=0"]
@@ -230,7 +230,7 @@ def test_rs_umdqn_c_quick_run_from_the_command_line(tmp_path):
 def test_compiled_agent_trains_like_the_eager_one(compose, tmp_path):
     """hardware.compile=true compiles the loss and the return distribution (about a minute of
     compilation on a CPU); the run ends with the eager run's greedy policy."""
-    from rs_lightning.train import run
+    from rs_lightning.app.train import run
 
     quick = ["debug=quick", "logger=none", "callbacks.progress_bar=false", "agent=dqn",
              "trainer.max_steps=150", "evaluation.every_n_steps=0"]
@@ -262,3 +262,29 @@ def test_a_support_too_narrow_for_the_learned_law_is_warned_of_once(tmp_path):
                         f"hydra.run.dir={tmp_path / 'default'}")
     assert default.returncode == 0, default.stderr[-3000:]
     assert "ends of the return support" not in default.stdout + default.stderr
+
+
+def test_a_checkpoint_naming_the_weights_agent_loads_and_resumes(compose, tmp_path):
+    """Checkpoints that name the module's weights agent.* and target_agent.* (the module's
+    earlier attribute names; today members.* and target_members.*) resume to the same
+    eval.json and load for evaluation."""
+    import torch
+
+    from rs_lightning.analysis.runs import load_run
+
+    overrides = ["debug=quick", "agent=c51", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=200", "trainer.checkpoint_every_n_steps=100",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=100"]
+    run(compose(overrides), run_dir=tmp_path / "full")
+    state = torch.load(tmp_path / "full" / "checkpoints" / "step0000100.ckpt", weights_only=True)
+    renamed = {("target_agent." + k[len("target_members."):] if k.startswith("target_members.")
+                else "agent." + k[len("members."):]): v for k, v in state["state_dict"].items()}
+    assert any(k.startswith("agent.") for k in renamed) and len(renamed) == len(state["state_dict"])
+    state["state_dict"] = renamed
+    earlier = tmp_path / "earlier.ckpt"
+    torch.save(state, earlier)
+    run(compose([*overrides, f"ckpt_path={earlier}"]), run_dir=tmp_path / "resumed")
+    assert ((tmp_path / "resumed" / "eval.json").read_text()
+            == (tmp_path / "full" / "eval.json").read_text())
+    loaded = load_run(tmp_path / "full", checkpoint="../earlier.ckpt")
+    assert loaded.steps == 100

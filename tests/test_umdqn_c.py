@@ -13,7 +13,13 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from rs_lightning.agents import AGENTS, Problem, Transitions
-from rs_lightning.agents.umdqn_c import UMDQNC, UMDQNCConfig, cramer_loss, mse_loss, step_cdf
+from rs_lightning.agents.umdqn_c import (
+    UMDQNC,
+    UMDQNCConfig,
+    cramer_loss,
+    mse_loss,
+    step_cdf,
+)
 from rs_lightning.agents.umnn import clenshaw_curtis, covering_lattice
 from rs_lightning.risk import Utility
 
@@ -60,7 +66,7 @@ def reference_cdf(agent: UMDQNC, obs: Tensor, z: Tensor) -> Tensor:
 
 
 def test_yaml_holds_every_field_and_validates():
-    from rs_lightning.schema import agent_config_from
+    from rs_lightning.config.schema import agent_config_from
 
     node = OmegaConf.load(CONFIG_FILE)
     assert set(node.keys()) == UMDQNCConfig.yaml_fields()

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import rs_lightning.report as report_module
-from rs_lightning.report import (
-    SweepReport, build_report, main, report_run_id, training_run_folders,
+import rs_lightning.analysis.report as report_module
+from rs_lightning.analysis.report import (
+    SweepReport,
+    build_report,
+    main,
+    report_run_id,
+    training_run_folders,
 )
-from rs_lightning.run_names import resume_marker, wandb_run_names
+from rs_lightning.app.run_names import resume_marker, wandb_run_names
 from tests.conftest import ROOT
 from tests.wandb_files import run_record
 
@@ -167,7 +171,7 @@ def test_report_after_an_online_fallback_says_offline(lr_sweep, tmp_path, monkey
 
 
 def test_long_override_labels_are_cut_with_a_hash_that_keeps_them_apart():
-    from rs_lightning.run_names import FOLDER_LABEL_LIMIT, folder_label
+    from rs_lightning.app.run_names import FOLDER_LABEL_LIMIT, folder_label
 
     assert folder_label("agent=dqn,seed=0") == "agent=dqn,seed=0"
     long_a = ",".join(f"key{i}=0.00012520653814999459" for i in range(12))

@@ -1,12 +1,47 @@
 """rs_lightning: risk-sensitive distributional reinforcement learning.
 
-Importing the package registers its gymnasium environments (ids under ``rs_lightning/``)
-and the config resolver of run folder names (``${resume_marker:...}``, conf/train.yaml).
+The packages are the layers (docs/architecture.md): ``risk``, ``objectives``, ``agents``,
+``envs`` and ``references`` (the core), ``engine`` and ``config``, ``analysis``, ``app``.
+Importing this package runs nothing but the registration of the finder below.
 """
 
-from rs_lightning import envs as _envs  # noqa: F401  (registers the environments)
-from rs_lightning.run_names import register_resolvers as _register_resolvers
+from __future__ import annotations
 
-_register_resolvers()
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 __version__ = "0.1.0"
+
+# `python -m rs_lightning.<tool>`, as the README's commands run the tools, keeps working now
+# that they live in the analysis package: the old name loads the moved module (the same
+# module object for an import). The one place of this compatibility.
+MOVED_TOOLS = {
+    f"rs_lightning.{name}": f"rs_lightning.analysis.{name}"
+    for name in ("evaluation", "frontier", "results", "report", "plots", "gym_results")
+}
+
+
+class MovedTools(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in MOVED_TOOLS:
+            return None
+        moved = importlib.util.find_spec(MOVED_TOOLS[fullname])
+        return importlib.util.spec_from_loader(fullname, self, origin=moved.origin)
+
+    def create_module(self, spec):
+        module = importlib.import_module(MOVED_TOOLS[spec.name])
+        self.own_spec = module.__spec__  # the import machinery sets the alias's next
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self.own_spec
+
+    def get_code(self, fullname):  # what `python -m` runs
+        moved = importlib.util.find_spec(MOVED_TOOLS[fullname])
+        return moved.loader.get_code(moved.name)
+
+
+if not any(type(finder).__name__ == "MovedTools" for finder in sys.meta_path):
+    sys.meta_path.append(MovedTools())

@@ -30,12 +30,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, List, Protocol
 
 import torch
-from omegaconf import MISSING
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.types import Problem, Transitions
+
+# The default of a config field whose value lives in conf/agent/*.yaml: the config loader
+# (OmegaConf) reads this string as "required", and the YAML fills it.
+MISSING = "???"
 
 
 class ChooseAction(Protocol):
@@ -70,7 +73,7 @@ class AgentConfig:
     name: str = MISSING
     hidden_sizes: List[int] = MISSING
     # The network also takes the risk setting (rs_lightning.risk.conditioning); the value
-    # lives in conf/agent/*.yaml, this default only fills runs recorded before the key existed.
+    # lives in conf/agent/*.yaml, this default lets a run whose config.yaml lacks the key load.
     risk_conditioned: bool = False
     # The state torso (rs_lightning.agents.networks.NetworkConfig), from the top-level
     # ``network`` section (conf/network/*.yaml), set by the config check; None: the MLP.

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from omegaconf import MISSING
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     AgentConfig,
     ChooseAction,

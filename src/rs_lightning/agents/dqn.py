@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from omegaconf import MISSING
 import torch.nn.functional as F
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     AgentConfig,
     ChooseAction,

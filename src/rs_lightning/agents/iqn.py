@@ -55,10 +55,10 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
-from omegaconf import MISSING
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     AgentConfig,
     ChooseAction,
@@ -74,7 +74,12 @@ from rs_lightning.agents.quantile_loss import (
     huber_threshold,
     midpoint_fractions,
 )
-from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_quantiles
+from rs_lightning.risk import (
+    ReturnDistribution,
+    Utility,
+    combine_utility,
+    from_quantiles,
+)
 
 RISK_ROUTES = ("common", "native")
 ACTING_FRACTIONS = ("sampled", "midpoints")

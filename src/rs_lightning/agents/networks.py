@@ -36,7 +36,7 @@ LAYOUTS = ("channels_last", "channels_first")
 @dataclass
 class NetworkConfig:
     """The ``network`` section (values in ``conf/network/*.yaml``; these defaults only fill
-    runs recorded before the option existed: the MLP)."""
+    a run whose config.yaml lacks the section: the MLP)."""
 
     name: str = "mlp"  # mlp | cnn
     channels: list[int] = field(default_factory=list)  # cnn: output channels of each conv

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from omegaconf import MISSING
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     AgentConfig,
     ChooseAction,

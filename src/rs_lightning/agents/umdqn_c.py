@@ -49,10 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import MISSING
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     ChooseAction,
     Problem,

@@ -39,10 +39,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from omegaconf import MISSING
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     ChooseAction,
     Problem,

@@ -67,10 +67,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from omegaconf import MISSING
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import (
+    MISSING,
     Agent,
     ChooseAction,
     Problem,

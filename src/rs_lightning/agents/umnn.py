@@ -38,10 +38,16 @@ from typing import List, NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import MISSING
 from torch import Tensor, nn
 
-from rs_lightning.agents.base import AgentConfig, Problem, Transitions, linear, mlp
+from rs_lightning.agents.base import (
+    MISSING,
+    AgentConfig,
+    Problem,
+    Transitions,
+    linear,
+    mlp,
+)
 from rs_lightning.agents.networks import state_network
 
 INTEGRATION_RULES = ("simpson", "trapezoid")
@@ -452,8 +458,7 @@ def distinct_rows(obs: Tensor) -> tuple[Tensor, Tensor]:
 
 
 # From this many rows and up to this many columns, sorting column by column beats
-# torch.unique(dim=0), which compares rows one pair at a time (on this machine's CPU: 0.7 ms
-# for 256 rows of 3 columns, 0.23 ms sorted; for 32 rows of 2, 0.13 ms and 0.19 ms).
+# torch.unique(dim=0), which compares rows one pair at a time (measured: benchmarks/RESULTS.md).
 _SORTED_UNIQUE_MIN_ROWS = 64
 _SORTED_UNIQUE_MAX_COLUMNS = 8
 

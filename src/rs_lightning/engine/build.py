@@ -16,11 +16,11 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import Members, StackedMembers, make_members
+from rs_lightning.config.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.engine.callbacks import CheckpointOnSigterm
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
 from rs_lightning.engine.learner import QLearning
 from rs_lightning.files import atomic_write
-from rs_lightning.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.types import Problem
 
 
@@ -66,27 +66,27 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
 
-def build_members(settings: ValidatedConfig, problem: Problem, seeds: list[int]) -> Members:
+def build_members(run_config: ValidatedConfig, problem: Problem, seeds: list[int]) -> Members:
     """The members of a run; member k's initial weights are those drawn after seeding every
     generator with ``seeds[k]`` (what a run of that seed alone draws)."""
-    agent_class, _ = AGENTS[settings.agent.name]
-    problem = settings.agent_problem(problem)  # what the network sees
+    agent_class, _ = AGENTS[run_config.agent.name]
+    problem = run_config.agent_problem(problem)  # what the network sees
     agents = []
     for seed in seeds:
         pl.seed_everything(seed, workers=True, verbose=False)
-        agents.append(agent_class(settings.agent, problem))
+        agents.append(agent_class(run_config.agent, problem))
     return make_members(agents)
 
 
-def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
+def build(run_config: ValidatedConfig, member_loggers: list[list] | None = None
           ) -> tuple[ExperienceDataModule, QLearning]:
     """The datamodule and the LightningModule a validated config describes: members
     ``seed, ..., seed + parallel_seeds - 1`` on ``env.num_envs`` copies each."""
-    train = settings.train
+    train = run_config.train
     seeds = member_seeds(train.seed, train.parallel_seeds)
     datamodule = ExperienceDataModule(
         train.env,
-        settings.objective,
+        run_config.objective,
         batch_size=train.learning.batch_size,
         replay_capacity=train.learning.replay_capacity,
         warmup_steps=train.learning.warmup_steps,
@@ -95,8 +95,8 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         updates_per_step=train.learning.updates_per_step,
     )
     module = QLearning(
-        build_members(settings, datamodule.problem, seeds),
-        settings.objective,
+        build_members(run_config, datamodule.problem, seeds),
+        run_config.objective,
         train.learning,
         seeds,
         log_every_n_steps=train.trainer.log_every_n_steps,
@@ -104,7 +104,7 @@ def build(settings: ValidatedConfig, member_loggers: list[list] | None = None
         fault_injection=train.fault_injection,
     )
     if train.hardware.compile:
-        compile_members(module.agent)
+        compile_members(module.members)
     return datamodule, module
 
 
@@ -164,12 +164,12 @@ def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
                       datamodule: ExperienceDataModule, k: int) -> dict[str, Any]:
     """Member k of a run's checkpoint as the checkpoint of a run of its seed alone: weights,
     Adam's moments, env copies, replay memory and generators. It loads with
-    :func:`rs_lightning.runs.load_run` and resumes with ``parallel_seeds=1``."""
+    :func:`rs_lightning.analysis.runs.load_run` and resumes with ``parallel_seeds=1``."""
     single = {key: value for key, value in checkpoint.items()
               if key not in ("state_dict", "optimizer_states", "rs_lightning",
                              type(datamodule).__qualname__)}
     state_dict = {}
-    for prefix in ("agent", "target_agent"):
+    for prefix in ("members", "target_members"):
         members = getattr(module, prefix)
         for name, value in members.member_state(k).items():
             state_dict[f"{prefix}.agents.0.{name}"] = value
@@ -177,8 +177,8 @@ def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
     # Adam's state follows the order of parameters(): member k's parameters are those of an
     # ordinary agent in the same order, a slice of each stacked parameter or, looped, the
     # k-th run of them.
-    stacked = isinstance(module.agent, StackedMembers)
-    count = len(list(module.agent.member_agent(k).parameters()))
+    stacked = isinstance(module.members, StackedMembers)
+    count = len(list(module.members.member_agent(k).parameters()))
     first = 0 if stacked else k * count
     optimizers = []
     for optimizer in checkpoint["optimizer_states"]:

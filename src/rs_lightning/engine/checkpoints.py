@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from rs_lightning.engine.replay import update_ratio
 from rs_lightning.errors import ConfigError
-from rs_lightning.replay import update_ratio
 
 CHECKPOINT_FOLDER = "checkpoints"
 LAST = "last.ckpt"
@@ -159,8 +159,9 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             f"this run has {updates_per_step:g}; resume with the checkpoint's "
             "learning.updates_per_step"
         )
-    saved = {k[len("agent."):]: v.shape for k, v in state["state_dict"].items()
-             if k.startswith("agent.")}
+    saved = {k[len("members."):]: v.shape
+             for k, v in module_state_dict(state["state_dict"]).items()
+             if k.startswith("members.")}
     wanted = {k: v.shape for k, v in members.state_dict().items()}
     if saved != wanted:
         differing = sorted(k for k in saved.keys() & wanted.keys() if saved[k] != wanted[k])
@@ -175,6 +176,23 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             key, f"{path} does not fit this run's network ({detail}): use the agent settings "
             "of the run that wrote it (its config.yaml)"
         )
+
+
+# The module's weights are named "members." and "target_members."; checkpoints written while
+# they were "agent." and "target_agent." load under the new names.
+_RENAMED_PREFIXES = (("target_agent.", "target_members."), ("agent.", "members."))
+
+
+def module_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``state_dict`` under the module's current names."""
+    renamed = {}
+    for key, value in state_dict.items():
+        for old, new in _RENAMED_PREFIXES:
+            if key.startswith(old):
+                key = new + key[len(old):]
+                break
+        renamed[key] = value
+    return renamed
 
 
 def checkpoint_step(state: dict[str, Any]) -> int:

@@ -14,7 +14,7 @@ collected; Lightning's loop hands the training step the collector, forever
   between two updates goes on exactly as the uninterrupted one. p / q = 1: a step of the
   copies is followed by N updates;
 - ``learning.n_step`` > 1: each copy's transitions pass through a window of n steps
-  (:class:`~rs_lightning.replay.NStepReturns`) before they are stored.
+  (:class:`~rs_lightning.engine.replay.NStepReturns`) before they are stored.
 
 The datamodule's ``state_dict`` holds what a resumed run needs on this side: the copies
 mid-episode, the objective's episode state, the n-step window, the replay memory and the
@@ -31,11 +31,11 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from rs_lightning.engine.replay import NStepReturns, ReplayMemory, update_ratio
 from rs_lightning.engine.rollout import Policy, Rollout
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.objectives import Objective
-from rs_lightning.replay import NStepReturns, ReplayMemory, update_ratio
 from rs_lightning.types import Transitions
 
 
@@ -192,7 +192,7 @@ class Collector:
             raise ValueError("the checkpoint's collector has another learning.updates_per_step "
                              "or learning.n_step")
         self.env_steps = state["env_steps"]
-        # Checkpoints before updates_per_step held the transitions not yet matched by an update.
+        # A checkpoint without update_credit holds the transitions not yet matched by an update.
         self.update_credit = state.get("update_credit", state.get("pending_updates"))
         self.episodes = list(state["episodes"])
         self.episode_returns = state["episode_returns"].numpy().copy()
@@ -200,7 +200,7 @@ class Collector:
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
         restarted = self.copies.load_state_dict(state["copies"])
         replay = state["replay"]
-        if "discount" not in replay:  # written before the replay memory stored discounts
+        if "discount" not in replay:  # a replay memory without discounts: they follow
             replay = {**replay, "discount": (1.0 - replay["terminated"]) * self.gamma}
         self.replay.load_state_dict(replay)
         if self.window is not None:

@@ -26,6 +26,7 @@ from torch import Tensor
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members
 from rs_lightning.engine.behaviour import EpsilonGreedy
+from rs_lightning.engine.checkpoints import module_state_dict
 from rs_lightning.engine.experience import Collector
 from rs_lightning.engine.rollout import act_on_distinct
 from rs_lightning.errors import NumericalFault
@@ -177,9 +178,8 @@ class QLearning(pl.LightningModule):
                  fault_injection=None) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
-        # The K members (their state dict's keys begin "agent.": checkpoints name them so).
-        self.agent = members
-        self.target_agent = copy.deepcopy(members).requires_grad_(False).eval()
+        self.members = members
+        self.target_members = copy.deepcopy(members).requires_grad_(False).eval()
         self.objective = objective
         self.learning = learning
         self.seeds = list(seeds)
@@ -224,7 +224,7 @@ class QLearning(pl.LightningModule):
     @torch.no_grad()
     def network(self, obs: Tensor) -> ReturnDistribution:
         """The members' Z of observations ``[K, B, D']`` (the rollout's :class:`Policy`)."""
-        return self.agent.return_distribution(obs)
+        return self.members.return_distribution(obs)
 
     def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
         """The behaviour policy: epsilon-greedy on the objective's rule, ``obs[K, N, ...]``
@@ -237,11 +237,11 @@ class QLearning(pl.LightningModule):
         if self.device.type != "cpu":
             obs_t = obs_t.to(self.device)
         inputs, choose_action = self.objective.acting_rule(obs_t, state, self.network)
-        return self.agent.greedy_action(inputs, choose_action).cpu().numpy()
+        return self.members.greedy_action(inputs, choose_action).cpu().numpy()
 
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the objective (evaluation)."""
-        return MemberPolicy(self.agent.member_agent(k), self.objective, self.device)
+        return MemberPolicy(self.members.member_agent(k), self.objective, self.device)
 
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
@@ -253,7 +253,7 @@ class QLearning(pl.LightningModule):
         self._direct_backward = str(self.trainer.precision) != "16-mixed"
 
     def configure_optimizers(self):
-        return make_optimizer(self.agent, self.learning)
+        return make_optimizer(self.members, self.learning)
 
     def training_step(self, dataloader_iter: Iterator) -> None:
         """One update, top to bottom: collect, sample, prepare, loss, update."""
@@ -276,14 +276,14 @@ class QLearning(pl.LightningModule):
         transitions, choose_action = self.objective.prepare_batch(transitions, self.batch_state)
 
         # 3. The members' distributional losses against the target networks.
-        losses, agent_metrics = self.agent.loss(transitions, self.target_agent, choose_action)
+        losses, agent_metrics = self.members.loss(transitions, self.target_members, choose_action)
         if update == self._nan_loss_at:
             losses = losses + float("nan")
 
         # 4. The update: backward, clipping, a finite check, Adam; the target networks.
         grad_norms = self._update(update, losses)
         if update % self.learning.target_update_period == 0:
-            self.target_agent.load_state_dict(self.agent.state_dict())
+            self.target_members.load_state_dict(self.members.state_dict())
 
         # 5. Logging.
         self._log_step(update, experience, losses, grad_norms, agent_metrics)
@@ -291,10 +291,10 @@ class QLearning(pl.LightningModule):
     def _update(self, update: int, losses: Tensor) -> Tensor:
         optimizer = self.optimizers()
         loss = losses.sum()
-        self.agent.zero_gradients()
+        self.members.zero_gradients()
         if self._direct_backward:
             loss.backward()
-            grad_norms = self.agent.clip_gradients(self.learning.grad_clip_norm)
+            grad_norms = self.members.clip_gradients(self.learning.grad_clip_norm)
             # One host sync covers both: a NaN or an infinity in either makes the sum one.
             if not math.isfinite(float(loss.detach() + grad_norms.sum())):
                 self._non_finite_update(update, losses, grad_norms)
@@ -309,7 +309,7 @@ class QLearning(pl.LightningModule):
         optimizer.step()
         if update == self._nan_parameters_at:
             with torch.no_grad():
-                next(self.agent.parameters()).fill_(float("nan"))
+                next(self.members.parameters()).fill_(float("nan"))
         return grad_norms
 
     def _log_step(self, step, experience, losses, grad_norms, agent_metrics) -> None:
@@ -328,7 +328,7 @@ class QLearning(pl.LightningModule):
 
     # ------------------------------------------------------------ numerical faults
     def parameters_finite(self) -> bool:
-        return parameters_finite(self.agent)
+        return parameters_finite(self.members)
 
     def check_parameters(self, step: int) -> None:
         """Raise NumericalFault if a parameter is NaN or infinite after ``step`` updates."""
@@ -426,14 +426,16 @@ class QLearning(pl.LightningModule):
             "window_outcomes": [list(self._window_outcomes[k]) for k in chosen],
             "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_global_state(),
-            "agent_class": type(self.agent.networks()[0]).__name__,
-            "agent": self.agent.config.name,
+            "agent_class": type(self.members.networks()[0]).__name__,
+            "agent": self.members.config.name,
             "seeds": [self.seeds[k] for k in chosen],
             "skipped_updates": self.skipped_updates,
             "train_seconds": self.clock.seconds(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Before Lightning loads the weights: a checkpoint's own names for them.
+        checkpoint["state_dict"] = module_state_dict(checkpoint["state_dict"])
         state = checkpoint["rs_lightning"]
         self.behaviour.load_state_dict(state["behaviour"])
         self.batch_state.load_state_dict(state)

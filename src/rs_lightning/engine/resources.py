@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from rs_lightning.agents import AGENTS
+from rs_lightning.config.schema import ValidatedConfig
 from rs_lightning.errors import ConfigError
-from rs_lightning.schema import ValidatedConfig
 from rs_lightning.types import Problem
 
 FLOAT_BYTES = 4
@@ -24,10 +24,10 @@ FLOAT_BYTES = 4
 TRAINING_COPIES = 5
 
 
-def check_lattice(settings: ValidatedConfig) -> None:
+def check_lattice(run_config: ValidatedConfig) -> None:
     """ConfigError if the agent's integration lattice has more nodes per state than
     ``limits.lattice_nodes`` (agents without a lattice have none)."""
-    agent, env, limits = settings.agent, settings.train.env, settings.train.limits
+    agent, env, limits = run_config.agent, run_config.train.env, run_config.train.limits
     nodes = agent.lattice_nodes(env.return_min, env.return_max)
     if nodes <= limits.lattice_nodes:
         return
@@ -52,31 +52,31 @@ def round_up(value: float, digits: int = 2) -> float:
     return math.ceil(value / scale - 1e-9) * scale
 
 
-def replay_bytes(settings: ValidatedConfig, problem: Problem) -> int:
-    """Every member's replay memory (rs_lightning.replay): observation and next observation
+def replay_bytes(run_config: ValidatedConfig, problem: Problem) -> int:
+    """Every member's replay memory (rs_lightning.engine.replay): observation and next observation
     in float32 (one byte each for whole numbers in 0..255, ``problem.obs_uint8``), action in
     int64, reward and termination in float32, for each transition."""
-    train = settings.train
+    train = run_config.train
     obs_bytes = 1 if problem.obs_uint8 else FLOAT_BYTES
     per_transition = 2 * problem.obs_dim * obs_bytes + 8 + 2 * FLOAT_BYTES
     return train.learning.replay_capacity * train.parallel_seeds * per_transition
 
 
-def network_bytes(settings: ValidatedConfig, problem: Problem) -> int:
+def network_bytes(run_config: ValidatedConfig, problem: Problem) -> int:
     """The members' networks while training, counted on the meta device (no memory used)."""
-    agent_class = AGENTS[settings.agent.name][0]
+    agent_class = AGENTS[run_config.agent.name][0]
     with torch.device("meta"):
-        agent = agent_class(settings.agent, problem)
+        agent = agent_class(run_config.agent, problem)
     numbers = sum(p.numel() for p in agent.parameters())
     buffers = sum(b.numel() for b in agent.buffers())
-    return settings.train.parallel_seeds * (TRAINING_COPIES * numbers + buffers) * FLOAT_BYTES
+    return run_config.train.parallel_seeds * (TRAINING_COPIES * numbers + buffers) * FLOAT_BYTES
 
 
-def lattice_bytes(settings: ValidatedConfig) -> int:
+def lattice_bytes(run_config: ValidatedConfig) -> int:
     """A UMNN agent's integrand on its lattice (agents.umnn.lattice_nodes, the rule of
     ``limits.lattice_nodes``): each hidden layer's activations at every node for every
     state of an evaluation batch or a training batch, for every member."""
-    train, agent = settings.train, settings.agent
+    train, agent = run_config.train, run_config.agent
     nodes = agent.lattice_nodes(train.env.return_min, train.env.return_max)
     if not nodes:
         return 0
@@ -120,42 +120,42 @@ _WHAT = {"learning.replay_capacity": "the replay memory", "agent.hidden_sizes": 
          "agent.integration_step": "the UMNN lattice"}
 
 
-def check_resources(settings: ValidatedConfig, problem: Problem) -> None:
+def check_resources(run_config: ValidatedConfig, problem: Problem) -> None:
     """Every budget of the run (ConfigError naming the key of the first one exceeded)."""
-    check_lattice(settings)
-    check_memory(settings, problem)
+    check_lattice(run_config)
+    check_memory(run_config, problem)
 
 
-def check_memory(settings: ValidatedConfig, problem: Problem,
+def check_memory(run_config: ValidatedConfig, problem: Problem,
                  host: tuple[int, str] | None = None, gpu: tuple[int, str] | None = None) -> None:
     """ConfigError naming the key of the largest estimate where the run's estimated memory
     exceeds ``limits.memory_fraction`` of the available memory (``host`` and ``gpu``:
     measured here unless given). The replay memory lives in the host's memory, the networks
     and the lattice on the run's device."""
-    train = settings.train
-    replay = {"learning.replay_capacity": replay_bytes(settings, problem)}
-    model = {"agent.hidden_sizes": network_bytes(settings, problem),
-             "agent.integration_step": lattice_bytes(settings)}
+    train = run_config.train
+    replay = {"learning.replay_capacity": replay_bytes(run_config, problem)}
+    model = {"agent.hidden_sizes": network_bytes(run_config, problem),
+             "agent.integration_step": lattice_bytes(run_config)}
     on_gpu = train.hardware.accelerator in ("gpu", "cuda")
     host = host or host_memory()
     if on_gpu:
-        _check_within(replay, host, settings)
-        _check_within(model, gpu or gpu_memory(), settings)
+        _check_within(replay, host, run_config)
+        _check_within(model, gpu or gpu_memory(), run_config)
     else:
-        _check_within({**replay, **model}, host, settings)
+        _check_within({**replay, **model}, host, run_config)
 
 
 def _check_within(estimates: dict[str, int], available: tuple[int, str] | None,
-                  settings: ValidatedConfig) -> None:
+                  run_config: ValidatedConfig) -> None:
     if available is None:
         return
-    fraction = settings.train.limits.memory_fraction
+    fraction = run_config.train.limits.memory_fraction
     limit = fraction * available[0]
     total = sum(estimates.values())
     if total <= limit:
         return
     key, largest = max(estimates.items(), key=lambda item: item[1])
-    members = settings.train.parallel_seeds
+    members = run_config.train.parallel_seeds
     raise ConfigError(
         key, f"the run needs about {human(total)} ({_WHAT[key]}: {human(largest)}"
         + (f" for parallel_seeds={members}" if members > 1 else "")

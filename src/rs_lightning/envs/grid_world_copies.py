@@ -36,7 +36,7 @@ class CopiesStep(NamedTuple):
 
 
 # Up to this many copies step one by one in Python (:meth:`GridWorldCopies._step_few`): the
-# two routes cost the same at about 16 copies on a CPU (5 us for one copy, 18 us for 8).
+# two routes cost about the same here on a CPU (measured: benchmarks/RESULTS.md).
 _FEW = 16
 
 

@@ -4,7 +4,7 @@ The semantics follow ``shared/spec/benchmarks.md``, which settles where the pape
 the authors' code disagree. Every environment is a tabular MDP: :meth:`GridWorld.outcomes`
 returns the exact one-step model, and :meth:`GridWorld.step` samples from a table compiled
 from that same model, so the simulator and the exact computations in
-:mod:`rs_lightning.envs.exact` cannot drift apart.
+:mod:`rs_lightning.references.exact` cannot drift apart.
 
 Step order: the chosen move (clamped to the grid), then the wind (one cell to the left,
 clamped) with probability ``wind_prob``, then the reward and termination, decided by the

@@ -20,7 +20,7 @@
 :func:`discounted_return_bounds` is the rule the README gives for choosing the return support
 [return_min, return_max] of an environment; :func:`declared_reward_bounds` and
 :func:`unit_reward_scale` derive the defaults of ``env=gym`` from what gymnasium declares
-(:mod:`rs_lightning.envs.derived_defaults`).
+(:mod:`rs_lightning.config.derived_defaults`).
 """
 
 from __future__ import annotations

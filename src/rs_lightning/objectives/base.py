@@ -120,7 +120,7 @@ class Objective(ABC):
     @classmethod
     def from_config(cls, utility: Utility, train) -> Objective:
         """The objective of a run: its utility and the typed config ``train``
-        (:class:`rs_lightning.schema.TrainConfig`), whose own section it reads; a bad
+        (:class:`rs_lightning.config.schema.TrainConfig`), whose own section it reads; a bad
         value raises :class:`~rs_lightning.errors.ConfigError` naming the key."""
         return cls(utility)
 
@@ -160,10 +160,11 @@ class Objective(ABC):
         return type(self)(utility)
 
     def monte_carlo_summary(self, discounted: np.ndarray, constants: np.ndarray | None,
-                            seed: int) -> dict[str, Any]:
+                            generator: np.random.Generator) -> dict[str, Any]:
         """What an evaluation adds to its Monte Carlo figures: ``discounted`` holds each
         episode's discounted return (environment units), ``constants`` each episode's
-        :meth:`EpisodeState.episode_constants` (None where the state has none)."""
+        :meth:`EpisodeState.episode_constants` (None where the state has none);
+        ``generator`` is the evaluation's own (for a bootstrap)."""
         return {}
 
     def exact_summary(self, references, greedy, monte_carlo: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ action. An evaluation acts at one setting, the run's own or any within the train
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -111,8 +112,6 @@ class RiskConditioned(Objective):
         return float(self.utility.params[self.conditioning.parameter])
 
     def network_problem(self, problem):
-        import dataclasses
-
         return dataclasses.replace(problem,
                                    obs_dim=problem.obs_dim + self.conditioning.n_features)
 
@@ -193,7 +192,7 @@ def conditioning_from(node: dict, utility: Utility) -> RiskConditioning:
         conditioning = RiskConditioning(
             risk=utility.risk, alpha=values("alpha"), values=values(name),
             draw=section["draw"], n_cosines=section["n_cosines"], acting=section["acting"],
-            # optional: runs recorded before the key existed drew one per transition
+            # optional: without the key, one per transition
             settings_per_batch=section.get("settings_per_batch"))
         conditioning.check_setting(utility.alpha, utility.params[name])
     except ValueError as error:

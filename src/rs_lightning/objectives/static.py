@@ -16,14 +16,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rs_lightning.objectives.base import EpisodeState, Network, Objective, register_objective
+from rs_lightning.objectives.base import (
+    EpisodeState,
+    Network,
+    Objective,
+    register_objective,
+)
 from rs_lightning.risk import ReturnDistribution, Utility, from_samples
 from rs_lightning.risk.static import N_FEATURES, StaticObjective
 
 # Tags the generators of the episodes' thresholds.
 THRESHOLD_STREAM = 0x7B5E
-# Tags an evaluation's bootstrap (the evaluation's own stream of the run's seed).
-EVALUATION_STREAM = 0xE7A1
 # Bootstrap resamples behind the standard error of a Monte Carlo utility.
 BOOTSTRAP_RESAMPLES = 200
 CANDIDATE_ROWS_PER_PASS = 8192
@@ -203,13 +206,12 @@ class Static(Objective):
         raise ValueError("a run of objective=static is evaluated at its own setting only "
                          "(its network learned the laws of its own rule)")
 
-    def monte_carlo_summary(self, discounted, constants, seed) -> dict[str, Any]:
+    def monte_carlo_summary(self, discounted, constants, generator) -> dict[str, Any]:
         """``mc_static_utility``: U of the discounted episode return (environment units),
         its bootstrap standard error ``mc_static_utility_stderr`` and the mean threshold b
         the episodes started with (``static_threshold``, learning units)."""
         utility = self.utility
         values = torch.as_tensor(discounted, dtype=torch.float64)
-        generator = np.random.default_rng([seed, EVALUATION_STREAM])
         picks = torch.from_numpy(generator.integers(values.numel(),
                                                     size=(BOOTSTRAP_RESAMPLES, values.numel())))
         resampled = utility(from_samples(values[picks]))

@@ -13,9 +13,9 @@ from hydra.types import RunMode
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
-from rs_lightning.run_names import hydra_setting_label, wandb_run_names
-from rs_lightning.schema import ValidatedConfig
-from rs_lightning.wandb_support import wandb_online_problem
+from rs_lightning.analysis.wandb_support import wandb_online_problem
+from rs_lightning.app.run_names import hydra_setting_label, wandb_run_names
+from rs_lightning.config.schema import ValidatedConfig
 
 
 class _ResumingCSVWriter(ExperimentWriter):
@@ -62,15 +62,15 @@ def _sweep_group() -> str | None:
     return None
 
 
-def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
+def make_loggers(run_config: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
                  ckpt_path: str | None = None) -> list:
     """The configured loggers. W&B online falls back to offline when it cannot connect.
 
     The W&B run is named by the job's overrides and seed, its group is ``logger.group``, the
-    sweep or the setting (rs_lightning.run_names); ``ckpt_path``: the checkpoint the run
+    sweep or the setting (rs_lightning.app.run_names); ``ckpt_path``: the checkpoint the run
     resumes from, marked in the name.
     """
-    cfg = settings.train.logger
+    cfg = run_config.train.logger
     if cfg.backend == "none":
         return []
     if cfg.backend == "csv":
@@ -78,8 +78,8 @@ def make_loggers(settings: ValidatedConfig, run_dir: Path, resolved: dict[str, A
         return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="")]
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    train = settings.train
-    name, group = wandb_run_names(settings.agent.name, train.env.id, train.seed, ckpt_path,
+    train = run_config.train
+    name, group = wandb_run_names(run_config.agent.name, train.env.id, train.seed, ckpt_path,
                                   hydra_setting_label(), _sweep_group())
 
     def wandb_logger(offline: bool, **init) -> WandbLogger:

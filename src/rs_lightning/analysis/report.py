@@ -8,7 +8,7 @@
 writes into ``<sweep>/report/``:
 
 - ``results.md`` / ``results.csv``: one row per setting (every config difference but the
-  seed; :mod:`rs_lightning.results`): mean ± std over seeds beside the paper's numbers,
+  seed; :mod:`rs_lightning.analysis.results`): mean ± std over seeds beside the paper's numbers,
   interquartile mean with a 95% bootstrap interval, Monte Carlo and, on the grid worlds, exact;
 - ``learning_curves.png``: R_s, E, VaR and U of the greedy policy against training steps,
   mean and 95% bootstrap band over seeds, one column per environment (the paper's Figure 4);
@@ -47,15 +47,14 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from rs_lightning.envs import GRID_WORLDS
-from rs_lightning.plots import (
+from rs_lightning.analysis.plots import (
     DISTANCE_METRICS,
     load_histories,
     plot_learning_curves,
     plot_probability_of_improvement,
     plot_return_distributions,
 )
-from rs_lightning.results import (
+from rs_lightning.analysis.results import (
     TABLE_KINDS,
     collect,
     label_columns,
@@ -66,10 +65,15 @@ from rs_lightning.results import (
     table_warnings,
     write_table,
 )
-from rs_lightning.objective import read_study
-from rs_lightning.return_histograms import plot_return_histograms
-from rs_lightning.runs import load_run
-from rs_lightning.wandb_support import ONLINE_INIT_TIMEOUT, init_wandb_run, wandb_online_problem
+from rs_lightning.analysis.return_histograms import plot_return_histograms
+from rs_lightning.analysis.runs import load_run
+from rs_lightning.analysis.study import read_study
+from rs_lightning.analysis.wandb_support import (
+    ONLINE_INIT_TIMEOUT,
+    init_wandb_run,
+    wandb_online_problem,
+)
+from rs_lightning.envs import GRID_WORLDS
 
 # The state whose decision each grid world's distribution figure shows: where the
 # risk-averse and the expectation-seeking choices differ.

@@ -3,7 +3,7 @@
 Hydra reports its own errors (an unknown config group option, a malformed override, an
 unknown key) with its config search path or a stripped traceback. Here they are caught and
 reworded as ``Error in config: <key>: <what is allowed>``, like the schema's errors. Errors
-of a job itself are handled by the job (rs_lightning.jobs.run_job), so whatever reaches this
+of a job itself are handled by the job (rs_lightning.app.jobs.run_job), so whatever reaches this
 wrapper happened before any job started.
 
 ``HYDRA_FULL_ERROR=1`` in the environment keeps Hydra's full report.

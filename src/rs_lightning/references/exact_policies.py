@@ -1,5 +1,5 @@
 """Exact reference policies on the grid worlds: the paper's per-decision criterion and the
-static objective, both computed on the exact return laws of :mod:`rs_lightning.envs.exact`.
+static objective, both computed on the exact return laws of :mod:`rs_lightning.references.exact`.
 
 Per-decision (the paper's method, issue 20): the agent acts greedily on the utility of the
 law of the return from the current state-action,
@@ -17,7 +17,7 @@ the episode has already earned (``TwoStage`` is a world built to show it).
 Everything here is a pure function of its arguments (results are cached by those
 arguments); utilities come from :class:`rs_lightning.risk.Utility`. ``env`` is a short name
 ("risky_grid_world"), gymnasium id, GridWorld class or instance, as for
-:func:`~rs_lightning.envs.exact.exact_return`: an instance brings its own ``max_steps`` and
+:func:`~rs_lightning.references.exact.exact_return`: an instance brings its own ``max_steps`` and
 ``trap_terminal`` (``RiskyGridWorld(trap_terminal=True)``), a name or class the defaults.
 """
 
@@ -32,12 +32,6 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from rs_lightning.envs.exact import (
-    ExactReturn,
-    GaussianMixture,
-    _resolve_env,
-    exact_return,
-)
 from rs_lightning.envs.grid_worlds import (
     ACTION_NAMES,
     CELLS,
@@ -45,6 +39,12 @@ from rs_lightning.envs.grid_worlds import (
     START,
     Cell,
     GridWorld,
+)
+from rs_lightning.references.exact import (
+    ExactReturn,
+    GaussianMixture,
+    _resolve_env,
+    exact_return,
 )
 from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_cdf
 

@@ -1,6 +1,6 @@
 """The figure of the evaluated episode returns: one panel per setting, one outline per seed.
 
-Every ``eval.json`` carries ``return_histogram`` (:func:`rs_lightning.evaluation.return_histogram`),
+Every ``eval.json`` carries ``return_histogram`` (:func:`rs_lightning.analysis.evaluation.return_histogram`),
 the Monte Carlo evaluation's episode returns binned; :func:`plot_return_histograms` draws the
 histograms of a sweep's jobs, any environment (the report's ``return_histograms.png``), with
 E (solid) and VaR (dashed) of each seed marked.
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from rs_lightning import plots
-from rs_lightning.plots import COLORS, _pyplot
-from rs_lightning.results import group_by_setting, labelled_groups, settings_of
+from rs_lightning.analysis import plots
+from rs_lightning.analysis.plots import COLORS, _pyplot
+from rs_lightning.analysis.results import group_by_setting, labelled_groups, settings_of
 
 TITLE = "Returns of the greedy policy (Monte Carlo evaluation): E solid, VaR dashed"
 

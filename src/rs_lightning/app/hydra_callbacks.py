@@ -10,16 +10,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
-from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
-from rs_lightning.objective import OPTUNA_RESULTS_FILE, write_study_history
-from rs_lightning.results import write_results
-from rs_lightning.run_folders import (
+from rs_lightning.analysis.results import write_results
+from rs_lightning.analysis.study import OPTUNA_RESULTS_FILE, write_study_history
+from rs_lightning.app.run_folders import (
     check_inputs,
     check_output_dir_given,
     check_output_folder,
     folder_state,
     sweep_jobs,
 )
+from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 
 
 class WriteResultsTable(Callback):
@@ -67,7 +67,7 @@ class CheckInputs(Callback):
     Hydra creates the run folder before the task starts; a bad value, checkpoint or folder
     reported here, before that, leaves no empty folder behind. In a multirun, the sweep folder is checked at the start; each job
     checks its own config (a bad one fails that job only). The job repeats every check
-    itself (rs_lightning.jobs), so a command line without this callback is no less safe.
+    itself (rs_lightning.app.jobs), so a command line without this callback is no less safe.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -111,7 +111,7 @@ class WriteStudyHistory(Callback):
 class SweepSummary(Callback):
     """After a multirun: which jobs finished, which failed and why; exit status 1 on failures.
 
-    Each job records its own failure in ``failed.json`` (rs_lightning.jobs), so this also
+    Each job records its own failure in ``failed.json`` (rs_lightning.app.jobs), so this also
     works when the jobs ran in other processes (hydra/launcher=joblib).
     """
 

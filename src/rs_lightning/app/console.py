@@ -17,17 +17,17 @@ import sys
 
 # tool -> (the module whose main(argv) runs it, what it does)
 TOOLS = {
-    "evaluate": ("rs_lightning.evaluation",
+    "evaluate": ("rs_lightning.analysis.evaluation",
                  "re-evaluate finished runs, or evaluate them at another alpha and rho"),
-    "frontier": ("rs_lightning.frontier",
+    "frontier": ("rs_lightning.analysis.frontier",
                  "evaluate runs at a grid of alphas: the E-against-risk frontier"),
-    "results": ("rs_lightning.results",
+    "results": ("rs_lightning.analysis.results",
                 "a sweep's results table beside the paper's numbers"),
-    "report": ("rs_lightning.report",
+    "report": ("rs_lightning.analysis.report",
                "a sweep's report: table, figures, HTML page, W&B run and report"),
-    "plots": ("rs_lightning.plots",
+    "plots": ("rs_lightning.analysis.plots",
               "figures: learned return distributions, learning curves, a grid policy"),
-    "gym-results": ("rs_lightning.gym_results",
+    "gym-results": ("rs_lightning.analysis.gym_results",
                     "gymnasium results: time to a return, the alpha trade-off, visit maps"),
 }
 

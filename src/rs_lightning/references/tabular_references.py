@@ -11,7 +11,7 @@ terminated)``. On such a model this module computes, in the environment's reward
 - :func:`episode_law`: the law of the discounted return sum_t gamma^t r_t of the episode
   from the start distribution, time limit included (the static objective's return);
 - :func:`per_decision_fixed_point`: pi(s) = argmax_a U[Z^pi(s, a)] by utility-greedy
-  policy iteration, cycles reported (as :mod:`rs_lightning.envs.exact_policies` on the
+  policy iteration, cycles reported (as :mod:`rs_lightning.references.exact_policies` on the
   grid worlds);
 - :func:`static_optimum`: max U of the episode's discounted return over history-dependent
   policies, for the expectation (finite-horizon value iteration) and for

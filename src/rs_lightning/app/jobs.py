@@ -9,7 +9,7 @@ folder:
 - otherwise it starts from scratch (or from ``ckpt_path=``).
 
 A folder holding results of a *different* config is never written into, and one process
-writes into a folder at a time (:class:`~rs_lightning.run_folders.RunFolderLock`): a second
+writes into a folder at a time (:class:`~rs_lightning.app.run_folders.RunFolderLock`): a second
 one stops at once, naming the first. Every check runs here, in the job, whatever Hydra
 callbacks are configured. In a multirun a failing job writes ``failed.json`` (error and
 traceback) into its folder and the sweep goes on, except that a job folder it may not write
@@ -32,13 +32,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rs_lightning.engine.checkpoints import newest_checkpoint
-from rs_lightning.errors import (
-    EXIT_BAD_INPUT, EXIT_NUMERICAL_FAULT, EXIT_OUTPUT_FAULT, EXIT_TERMINATED, ConfigError,
-    NumericalFault,
-)
-from rs_lightning.files import write_json_atomic
-from rs_lightning.run_folders import (
+from rs_lightning.app.run_folders import (
     FAILED,
     FolderInUse,
     FolderRefused,
@@ -52,6 +46,16 @@ from rs_lightning.run_folders import (
     resuming_from,
     run_directory,
 )
+from rs_lightning.engine.checkpoints import newest_checkpoint
+from rs_lightning.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_NUMERICAL_FAULT,
+    EXIT_OUTPUT_FAULT,
+    EXIT_TERMINATED,
+    ConfigError,
+    NumericalFault,
+)
+from rs_lightning.files import write_json_atomic
 
 
 # ----------------------------------------------------------------------------- the job
@@ -105,7 +109,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
 def skip_resume_or_run(cfg: DictConfig, run_dir: Path, key: str = "run_dir") -> dict[str, Any]:
     """Skip a finished job, resume an interrupted one, or run it (see the module docstring)."""
     # Bad input first, whatever the folder holds; the job's one validation.
-    settings, start_step = check_inputs(cfg, run_dir, key)
+    run_config, start_step = check_inputs(cfg, run_dir, key)
     finished, newest = folder_state(cfg, run_dir, key)
     if finished:
         print(f"[rs_lightning] skipping finished job {run_dir} (its eval.json is complete; "
@@ -117,20 +121,22 @@ def skip_resume_or_run(cfg: DictConfig, run_dir: Path, key: str = "run_dir") -> 
             path, step = newest
             print(f"[rs_lightning] resuming {run_dir} from {path.name} (step {step})",
                   file=sys.stderr)
-            cfg, settings, start_step = resuming_from(cfg, settings, path)
+            cfg, run_config, start_step = resuming_from(cfg, run_config, path)
         (Path(run_dir) / FAILED).unlink(missing_ok=True)
-        from rs_lightning.train import run  # Lightning is imported only for a job that trains
+        from rs_lightning.app.train import (
+            run,  # Lightning is imported only for a job that trains
+        )
 
-        return run(cfg, run_dir, checked=(settings, start_step))
+        return run(cfg, run_dir, checked=(run_config, start_step))
 
 
 def job_objective(cfg: DictConfig, summary: dict[str, Any] | None) -> float | None:
     """What a job returns to a sweeper: ``search_objective.metric`` of its evaluation (final or
-    best; rs_lightning.objective). None for a job that failed, which Optuna counts as a
+    best; rs_lightning.analysis.study). None for a job that failed, which Optuna counts as a
     failed trial."""
     if summary is None:
         return None
-    from rs_lightning.objective import run_objective
+    from rs_lightning.analysis.study import run_objective
 
     try:
         return run_objective(run_directory(), cfg.search_objective.metric, cfg.search_objective.evaluation)

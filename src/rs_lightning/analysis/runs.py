@@ -7,22 +7,26 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rs_lightning.config.schema import ValidatedConfig, validate
 from rs_lightning.engine.build import build
-from rs_lightning.engine.checkpoints import DATAMODULE, read_checkpoint
+from rs_lightning.engine.checkpoints import (
+    DATAMODULE,
+    module_state_dict,
+    read_checkpoint,
+)
 from rs_lightning.engine.learner import MemberPolicy
-from rs_lightning.schema import ValidatedConfig, validate
 
 
 @dataclass
 class TrainedRun:
-    settings: ValidatedConfig
+    run_config: ValidatedConfig
     module: MemberPolicy  # the run's agent, utility and greedy policy
     run_dir: Path
     steps: int  # gradient updates the checkpoint had made
     env_steps: int
 
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Sections whose keys are the same for every choice of agent, risk and env: a run recorded by
 # an earlier version may lack keys added since, which take today's defaults.
 _SHARED_SECTIONS = ("learning", "evaluation", "fault_injection", "limits")
@@ -51,12 +55,12 @@ def load_run(run_dir: Path, checkpoint: str = "checkpoints/last.ckpt") -> Traine
     for needed in ("config.yaml", checkpoint):
         if not (run_dir / needed).is_file():
             raise FileNotFoundError(f"{run_dir / needed} not found: is this a run folder?")
-    settings = validate(with_current_defaults(OmegaConf.load(run_dir / "config.yaml")))
-    _, module = build(settings)
+    run_config = validate(with_current_defaults(OmegaConf.load(run_dir / "config.yaml")))
+    _, module = build(run_config)
     state = read_checkpoint(run_dir / checkpoint, "checkpoint")
-    module.load_state_dict(state["state_dict"])
+    module.load_state_dict(module_state_dict(state["state_dict"]))
     module.eval()
     datamodule_state = state.get(DATAMODULE)
     env_steps = datamodule_state["collector"]["env_steps"] if datamodule_state else -1
-    return TrainedRun(settings, module.member(0), run_dir, int(state["global_step"]),
+    return TrainedRun(run_config, module.member(0), run_dir, int(state["global_step"]),
                       int(env_steps))

@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
 from rs_lightning.agents.networks import NetworkConfig
-from rs_lightning.envs.derived_defaults import register_resolvers
+from rs_lightning.config.derived_defaults import register_resolvers
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.objectives import OBJECTIVES, Objective
@@ -83,7 +83,7 @@ class EnvSection:
     return_max: float = MISSING
     grid_size: Optional[int] = None  # grid worlds: write policy.json for every cell
     # Keys of any gymnasium environment (README, "Any gymnasium environment"). The values
-    # live in conf/env/*.yaml; these defaults only fill runs recorded before the keys existed.
+    # live in conf/env/*.yaml; these defaults let a run whose config.yaml lacks them load.
     reward_scale: float = 1.0  # rewards are multiplied by it (then clipped) for learning
     max_episode_steps: Optional[int] = None  # time limit (truncation); null: the env's own
     observation_normalization: str = "none"  # none | bounds (finite Box bounds onto [-1, 1])
@@ -136,8 +136,8 @@ class LearningSection:
     epsilon_decay: float = MISSING  # in environment steps
     epsilon_schedule: str = MISSING  # exponential | linear
     on_non_finite: str = MISSING  # stop | skip: what a NaN / inf loss or gradient does
-    # The values live in conf/train.yaml; these defaults only fill runs recorded before the
-    # keys existed.
+    # The values live in conf/train.yaml; these defaults let a run whose config.yaml lacks
+    # them load.
     updates_per_step: float = 1.0  # gradient updates per environment step (0.125: 1 per 8)
     n_step: int = 1  # steps of the discounted return in each stored transition
 
@@ -189,8 +189,8 @@ class TrainerSection:
     max_steps: int = MISSING  # gradient updates
     log_every_n_steps: int = MISSING
     checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
-    # The values live in conf/trainer/default.yaml; these defaults only fill runs recorded
-    # before the keys existed.
+    # The values live in conf/trainer/default.yaml; these defaults let a run whose
+    # config.yaml lacks them load.
     stop_at_return: Optional[float] = None  # end at the first evaluation reaching it
     max_time: Optional[str] = None  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
 
@@ -312,7 +312,8 @@ OBJECTIVE_EVALUATIONS = ("final", "best")
 
 @dataclass
 class ObjectiveSection:
-    # The values live in conf/train.yaml; these defaults only fill runs recorded before it.
+    # The values live in conf/train.yaml; these defaults let a run whose config.yaml lacks
+    # the section load.
     metric: str = "utility"
     evaluation: str = "final"  # final: eval.json; best: the best periodic or final evaluation
 
@@ -376,15 +377,15 @@ class TrainConfig:
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
     search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
-    # The state torso of every agent (conf/network/; this default, the MLP, only fills runs
-    # recorded before the option existed).
+    # The state torso of every agent (conf/network/; this default, the MLP, lets a run whose
+    # config.yaml lacks the section load).
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
     # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
-    # conf/train.yaml, this default only fills runs recorded before the key existed).
+    # conf/train.yaml; this default lets a run whose config.yaml lacks the key load).
     risk_conditioning: Dict[str, Any] = field(default_factory=dict)
-    # What the agent optimises (rs_lightning.risk.static); the values live in conf/train.yaml,
-    # these defaults only fill runs recorded before the keys existed.
+    # What the agent optimises (rs_lightning.objectives); the values live in conf/train.yaml,
+    # these defaults let a run whose config.yaml lacks the keys load.
     objective: str = "per_decision"
     static_objective: StaticObjectiveSection = field(default_factory=StaticObjectiveSection)
 

@@ -92,3 +92,6 @@ def wandb_run_names(agent: str, env_id: str, seed: int, ckpt_path: Optional[str]
     base = setting or f"{agent}-{env_id.split('/')[-1]}"
     name = f"{base},seed={seed}{resume_marker(ckpt_path)}"
     return name, sweep or base
+
+
+register_resolvers()  # importing the run names makes them known to the config

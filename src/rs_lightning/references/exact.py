@@ -38,7 +38,7 @@ from rs_lightning.envs.grid_worlds import (
 )
 from rs_lightning.risk import combine_utility
 
-Policy = Union[Mapping[Cell, int], Callable[[Cell], int]]
+CellPolicy = Union[Mapping[Cell, int], Callable[[Cell], int]]
 
 _CLASSES: dict[str, type[GridWorld]] = {
     "risky_rewards": RiskyRewards,
@@ -208,7 +208,7 @@ def _resolve_env(
 
 def exact_return(
     env: Union[str, type[GridWorld], GridWorld],
-    policy: Policy,
+    policy: CellPolicy,
     *,
     max_steps: Optional[int] = None,
     trap_terminal: Optional[bool] = None,
@@ -348,6 +348,6 @@ __all__ = [
     "ExactReturn",
     "GaussianMixture",
     "PAPER_PATHS",
-    "Policy",
+    "CellPolicy",
     "exact_return",
 ]

@@ -30,6 +30,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import make_members
+from rs_lightning.analysis.wandb_support import check_wandb_environment
+from rs_lightning.config.schema import ValidatedConfig, validate
 from rs_lightning.engine.checkpoints import (
     check_compatible,
     checkpoint_step,
@@ -39,9 +41,7 @@ from rs_lightning.engine.checkpoints import (
 from rs_lightning.engine.resources import check_resources
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
-from rs_lightning.schema import ValidatedConfig, validate
 from rs_lightning.types import Problem
-from rs_lightning.wandb_support import check_wandb_environment
 
 FAILED = "failed.json"
 LOCK = "run.lock"
@@ -249,7 +249,7 @@ def check_output_folder(path: Path | str, key: str) -> None:
 
 def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
                  run_dir_key: str = "run_dir") -> tuple[ValidatedConfig, int]:
-    """Check everything a run needs before it writes anything; returns the settings (the one
+    """Check everything a run needs before it writes anything; returns the validated config (the one
     validation of the job) and the number of updates of the checkpoint it resumes from (0
     for a fresh start).
 
@@ -257,45 +257,45 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     know, a run past its budgets of lattice or memory (engine.resources), a missing,
     unreadable or incompatible checkpoint, an output folder that cannot be written.
     """
-    settings = validate(cfg)
+    run_config = validate(cfg)
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
-    problem = env_problem(settings.train.env)
-    settings.agent_problem(problem)  # its observations suit the network (network=cnn: images)
-    check_resources(settings, problem)  # before anything of that size is allocated
-    if settings.train.logger.backend == "wandb":
+    problem = env_problem(run_config.train.env)
+    run_config.agent_problem(problem)  # its observations suit the network (network=cnn: images)
+    check_resources(run_config, problem)  # before anything of that size is allocated
+    if run_config.train.logger.backend == "wandb":
         check_wandb_environment()
-    start_step = checkpoint_start(settings, problem) if settings.train.ckpt_path is not None else 0
+    start_step = checkpoint_start(run_config, problem) if run_config.train.ckpt_path is not None else 0
     if run_dir is not None:
         check_output_folder(run_dir, run_dir_key)
-    return settings, start_step
+    return run_config, start_step
 
 
-def checkpoint_start(settings: ValidatedConfig, problem: Problem | None = None) -> int:
+def checkpoint_start(run_config: ValidatedConfig, problem: Problem | None = None) -> int:
     """The update ``train.ckpt_path`` resumes from, after checking that it fits the run
     (ConfigError otherwise)."""
-    train = settings.train
+    train = run_config.train
     state = read_checkpoint(train.ckpt_path)
     problem = problem or env_problem(train.env)
-    problem = settings.agent_problem(problem)
-    members = make_members([AGENTS[settings.agent.name][0](settings.agent, problem)
+    problem = run_config.agent_problem(problem)
+    members = make_members([AGENTS[run_config.agent.name][0](run_config.agent, problem)
                             for _ in range(train.parallel_seeds)])
-    check_compatible(state, train.ckpt_path, settings.agent.name, members, train.env.id,
+    check_compatible(state, train.ckpt_path, run_config.agent.name, members, train.env.id,
                      num_envs=train.env.num_envs, parallel_seeds=train.parallel_seeds,
                      n_step=train.learning.n_step,
                      updates_per_step=train.learning.updates_per_step)
     return checkpoint_step(state)
 
 
-def resuming_from(cfg: DictConfig, settings: ValidatedConfig, path: Path
+def resuming_from(cfg: DictConfig, run_config: ValidatedConfig, path: Path
                   ) -> tuple[DictConfig, ValidatedConfig, int]:
-    """The config and settings of a run resumed from the checkpoint ``path`` (checked), and
+    """The config and validated config of a run resumed from the checkpoint ``path`` (checked), and
     its step."""
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.ckpt_path = str(path)
-    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train,
+    run_config = dataclasses.replace(run_config, train=dataclasses.replace(run_config.train,
                                                                       ckpt_path=str(path)))
-    return cfg, settings, checkpoint_start(settings)
+    return cfg, run_config, checkpoint_start(run_config)
 
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -305,7 +305,7 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     ``failed.json`` beside it (a failure after the evaluation) makes the job run again.
     """
     for name, key in (("eval.json", "expectation"), ("members.json", "members")):
-        path = Path(run_dir) / name  # members.json: a run of several seeds (rs_lightning.train)
+        path = Path(run_dir) / name  # members.json: a run of several seeds (rs_lightning.app.train)
         if not path.is_file() or (Path(run_dir) / FAILED).exists():
             continue
         try:

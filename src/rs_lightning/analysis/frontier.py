@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from rs_lightning.envs.exact_policies import path_of
-from rs_lightning.evaluation import evaluate_policy, grid_policy_table
+from rs_lightning.analysis.evaluation import evaluate_policy, grid_policy_table
+from rs_lightning.analysis.runs import TrainedRun, load_run
 from rs_lightning.files import atomic_write, write_json_atomic
-from rs_lightning.ground_truth import exact_policy_metrics
-from rs_lightning.runs import TrainedRun, load_run
+from rs_lightning.references.exact_policies import path_of
+from rs_lightning.references.ground_truth import exact_policy_metrics
 
 # The figures of a point: Monte Carlo, then exact (grid worlds).
 MEASURES = ("expectation", "var", "cvar", "utility")
@@ -77,10 +77,10 @@ def seed_runs(run_dirs: list[Path]) -> list[Path]:
 def risk_level(run: TrainedRun, parameter: float | None) -> float:
     """The rho of the VaR and CVaR reported: the measure's own level for VaR / CVaR, the
     run's ``rho`` for any other measure."""
-    utility = run.settings.utility
+    utility = run.run_config.utility
     if parameter is not None and utility.risk in ("var", "cvar"):
         return float(parameter)
-    return float(utility.params.get("rho", run.settings.train.rho))
+    return float(utility.params.get("rho", run.run_config.train.rho))
 
 
 def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
@@ -88,7 +88,7 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
     """One seed's greedy policy at one setting: Monte Carlo (unless ``exact_only``) and, on
     the grid worlds, exact figures, the path from the start and the action of every cell."""
     policy = run.module.at(alpha, parameter)
-    train = run.settings.train
+    train = run.run_config.train
     rho = risk_level(run, parameter)
     names = list(policy.utility.params)
     row: dict[str, Any] = {
@@ -216,7 +216,7 @@ def log_frontier_to_wandb(result: dict[str, Any], out_dir: Path, logger, mode: s
     again when online fails); returns the run's local folder."""
     import wandb
 
-    from rs_lightning.wandb_support import init_wandb_run
+    from rs_lightning.analysis.wandb_support import init_wandb_run
 
     run = init_wandb_run(mode, project=logger.project, entity=logger.entity,
                          job_type="frontier", dir=str(out_dir),
@@ -247,7 +247,7 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         for parameter in (parameters or [None]):
             for alpha in alphas:
                 rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only))
-    first = runs[0].settings
+    first = runs[0].run_config
     conditioned = first.agent.risk_conditioned
     result = {
         "runs": [str(d) for d in run_dirs],

@@ -1,7 +1,7 @@
 """Ground truth on the grid worlds: the exact law behind a learned policy and distribution.
 
 On the paper's grid worlds the return of any fixed policy is an exact Gaussian mixture
-(:mod:`rs_lightning.envs.exact`). This module applies it to what a run learned:
+(:mod:`rs_lightning.references.exact`). This module applies it to what a run learned:
 
 - :func:`exact_policy_metrics`: the exact E, VaR, CVaR, U and R_s of the greedy policy's
   undiscounted episode score S (``eval.json`` carries them beside the Monte Carlo figures);
@@ -25,10 +25,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rs_lightning.envs import tabular_references
-from rs_lightning.envs.exact import GaussianMixture, _resolve_env, exact_return
+from rs_lightning.envs.grid_worlds import START, Cell
+from rs_lightning.references import tabular_references
+from rs_lightning.references.exact import GaussianMixture, _resolve_env, exact_return
+
 # The utility of an exact law lives in the core layer, beside the exact reference policies.
-from rs_lightning.envs.exact_policies import (
+from rs_lightning.references.exact_policies import (
     CLOSED_FORM_RISKS,
     GRID_POINTS,
     TAIL_SIGMAS,
@@ -37,8 +39,7 @@ from rs_lightning.envs.exact_policies import (
     static_optimum,
     static_utility,
 )
-from rs_lightning.envs.exact_policies import mixture_utility as exact_utility
-from rs_lightning.envs.grid_worlds import START, Cell
+from rs_lightning.references.exact_policies import mixture_utility as exact_utility
 from rs_lightning.risk import ReturnDistribution, Utility
 
 # A greedy policy as a function: observations [B, D] -> actions [B].
@@ -106,7 +107,7 @@ def objective_references(
     The static objective is U[sum_t gamma^t r_t] of the whole episode from the start, with
     the run's discount gamma (what ``objective=static`` optimises); the per-decision one is
     the paper's criterion, whose policy is the fixed point of utility-greedy policy iteration
-    on the exact laws (:func:`~rs_lightning.envs.exact_policies.per_decision_fixed_point`).
+    on the exact laws (:func:`~rs_lightning.references.exact_policies.per_decision_fixed_point`).
 
     - ``exact_static_utility``: the greedy policy's static utility;
     - ``static_optimum`` / ``static_optimum_path``: the best static utility over

@@ -12,7 +12,7 @@ Rows never mix settings: runs are grouped by their whole resolved ``config.yaml`
 seed and the keys of :data:`NON_LEARNING_KEYS`; the keys that vary within a sweep are columns
 of the table, and a run repeating the config and seed of another is listed apart. Each row
 gives the mean ± standard deviation over its seeds and the interquartile mean with a 95%
-bootstrap confidence interval (:mod:`rs_lightning.stats`).
+bootstrap confidence interval (:mod:`rs_lightning.analysis.stats`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
 
+from rs_lightning.analysis.stats import BOOTSTRAP_REPS, interval_estimates
 from rs_lightning.envs import GRID_WORLDS
 from rs_lightning.files import run_files
-from rs_lightning.stats import BOOTSTRAP_REPS, interval_estimates
 
 # The paper's Table 2 (E[S], VaR_0.1[S], U[S] with alpha 0.5 and R = VaR): DQN learns the
 # orange paths, RS-UMDQN-C the green ones.

@@ -25,13 +25,17 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-
+from rs_lightning.analysis.plots import _pyplot, _save
+from rs_lightning.analysis.results import (
+    collect,
+    group_by_setting,
+    label_keys,
+    settings_of,
+)
+from rs_lightning.analysis.runs import load_run
 from rs_lightning.engine.rollout import learning_reward
 from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
 from rs_lightning.envs.factory import make_env
-from rs_lightning.plots import _pyplot, _save
-from rs_lightning.results import collect, group_by_setting, label_keys, settings_of
-from rs_lightning.runs import load_run
 
 
 # ----------------------------------------------------------------------- pure functions
@@ -81,7 +85,7 @@ def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
 
 
     run = load_run(run_dir)
-    train = run.settings.train
+    train = run.run_config.train
     env = make_env(train.env)
     member = run.module
     # What the objective carries through an episode (objective=static: (c, gamma^t, b)).

@@ -1,6 +1,6 @@
 """Compose the objects a config describes and run training, evaluation and the outputs.
 
-``run(cfg)`` is what ``python train.py ...`` calls (through :func:`rs_lightning.jobs.run_job`,
+``run(cfg)`` is what ``python train.py ...`` calls (through :func:`rs_lightning.app.jobs.run_job`,
 which skips finished jobs and resumes interrupted ones). It writes into the run directory:
 ``eval.json`` (the final Monte Carlo evaluation, written last: it marks a finished run),
 ``eval_history.jsonl`` (the periodic evaluations), ``policy.json`` and ``policy.png`` (grid
@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-import json
 import logging
 import os
 import signal
@@ -32,20 +31,33 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from rs_lightning.analysis.periodic_evaluation import PeriodicEvaluation
+from rs_lightning.analysis.run_outputs import write_member_outputs
+from rs_lightning.app.loggers import close_loggers, make_loggers
+from rs_lightning.app.run_folders import (
+    RunFolderLock,
+    check_inputs,
+    folder_state,
+    output_key,
+    run_directory,
+)
+from rs_lightning.config.schema import ValidatedConfig
 from rs_lightning.engine.build import (
-    build, checkpoint_callbacks, make_trainer, member_checkpoint, quiet_lightning,
+    build,
+    checkpoint_callbacks,
+    make_trainer,
+    member_checkpoint,
+    quiet_lightning,
 )
 from rs_lightning.engine.callbacks import RewardOutsideSupport, TrainingProgress
 from rs_lightning.engine.experience import member_seeds
-from rs_lightning.engine.loggers import close_loggers, make_loggers
-from rs_lightning.evaluation import evaluate_run
-from rs_lightning.files import append_jsonl, atomic_write, truncate_jsonl, write_json_atomic, write_text_atomic
-from rs_lightning.periodic_evaluation import PeriodicEvaluation
-from rs_lightning.plots import plot_policy, plot_return_distributions
-from rs_lightning.report import DECISION_CELLS, START_CELL, log_run_media
-from rs_lightning.run_folders import RunFolderLock, check_inputs, folder_state, output_key, run_directory
-from rs_lightning.runs import TrainedRun
-from rs_lightning.schema import ValidatedConfig
+from rs_lightning.files import (
+    append_jsonl,
+    atomic_write,
+    truncate_jsonl,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 log = logging.getLogger("rs_lightning")
 
@@ -70,28 +82,10 @@ def member_configs(cfg: DictConfig, seeds: list[int]) -> list[DictConfig]:
     return configs
 
 
-def _log_run_media(loggers, summary, module, settings, run_dir, steps, env_steps) -> None:
-    """W&B runs also get the evaluation as a Table and, on a grid world, the distribution
-    figure of the decision state (written into the run folder as ``distributions.png``)."""
-    wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
-    if not wandb_loggers:
-        return
-    
-    figure = None
-    env = settings.train.env
-    if env.grid_size:
-
-        figure = run_dir / "distributions.png"
-        trained = TrainedRun(settings, module, run_dir, steps, env_steps)
-        plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
-    for logger in wandb_loggers:
-        log_run_media(logger.experiment, summary, figure)
-
-
-def member_settings_of(settings: ValidatedConfig, seed: int) -> ValidatedConfig:
-    """The settings of the single-seed run of ``seed`` (as :func:`member_configs`)."""
-    train = dataclasses.replace(settings.train, seed=seed, parallel_seeds=1, ckpt_path=None)
-    return dataclasses.replace(settings, train=train)
+def member_run_config(run_config: ValidatedConfig, seed: int) -> ValidatedConfig:
+    """The validated config of the single-seed run of ``seed`` (as :func:`member_configs`)."""
+    train = dataclasses.replace(run_config.train, seed=seed, parallel_seeds=1, ckpt_path=None)
+    return dataclasses.replace(run_config, train=train)
 
 
 def _report_early_end(train, periodic: PeriodicEvaluation, steps: int, seconds: float) -> None:
@@ -144,10 +138,10 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
     several seeds: ``{"seeds": [...], "members": {seed: summary}}``).
 
     ``run_dir`` defaults to Hydra's output directory (the working directory outside Hydra).
-    ``checked``: what :func:`rs_lightning.run_folders.check_inputs` returned for ``cfg``
+    ``checked``: what :func:`rs_lightning.app.run_folders.check_inputs` returned for ``cfg``
     (the job checked it already), else it is checked here, with the folder (never one of
     another config's run). The run holds the folder's lock
-    (:class:`~rs_lightning.run_folders.RunFolderLock`) while it writes. A run of one seed
+    (:class:`~rs_lightning.app.run_folders.RunFolderLock`) while it writes. A run of one seed
     writes its outputs into ``run_dir``; a run of K seeds
     (``parallel_seeds=K``) writes each seed's into ``run_dir/seed_<s>/`` (the outputs of the
     single-seed run of that seed, its config and a checkpoint it resumes from) and, last,
@@ -164,9 +158,9 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
         return _run_locked(cfg, run_dir, *checked, on_sigterm)
 
 
-def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start_step: int,
+def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, start_step: int,
                 on_sigterm: StopOnSigterm | None) -> dict[str, Any]:
-    train = settings.train
+    train = run_config.train
     run_dir.mkdir(parents=True, exist_ok=True)
     # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
     for stale in [*run_dir.glob(".*.tmp"), *run_dir.glob("checkpoints/.*.tmp")]:
@@ -189,14 +183,14 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
             write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(member_cfg, resolve=True))
         # Evaluations an interrupted attempt made after its checkpoint are made again.
         truncate_jsonl(folder / "eval_history.jsonl", lambda r: r.get("step", 0) <= start_step)
-    member_settings = [settings] if single else [member_settings_of(settings, seed) for seed in seeds]
+    member_run_configs = [run_config] if single else [member_run_config(run_config, seed) for seed in seeds]
 
     loggers: list[list] = []
     try:
-        for member, folder, member_cfg in zip(member_settings, folders, configs):
+        for member, folder, member_cfg in zip(member_run_configs, folders, configs):
             loggers.append(make_loggers(member, folder, OmegaConf.to_container(member_cfg, resolve=True),
                                         ckpt_path=train.ckpt_path))
-        datamodule, module = build(settings, loggers)
+        datamodule, module = build(run_config, loggers)
         checkpoint_dir = run_dir / "checkpoints"
         callbacks = checkpoint_callbacks(train, checkpoint_dir)
         periodic = PeriodicEvaluation(
@@ -225,23 +219,13 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
         if not single:
             saved = torch.load(checkpoint_dir / "last.ckpt", map_location="cpu", weights_only=True)
         summaries = []
-        for k, (member, folder) in enumerate(zip(member_settings, folders)):
+        for k, (member, folder) in enumerate(zip(member_run_configs, folders)):
             if not single:
                 (folder / "checkpoints").mkdir(exist_ok=True)
                 with atomic_write(folder / "checkpoints" / "last.ckpt", "wb") as f:
                     torch.save(member_checkpoint(saved, module, datamodule, k), f)
-            policy = module.member(k)
-            summary = evaluate_run(policy, member, folder, steps=steps, env_steps=env_steps)
-            if (folder / "policy.json").is_file():  # grid worlds: arrows on the grid
-                plot_policy(json.loads((folder / "policy.json").read_text()),
-                            member.train.env.id, folder / "policy.png")
-            _log_run_media(loggers[k], summary, policy, member, folder, steps, env_steps)
-            final = {f"eval/final_{key}": v for key, v in summary.items()
-                     if isinstance(v, (int, float))}
-            final["train/skipped_updates"] = float(module.skipped_updates)
-            for logger in loggers[k]:
-                logger.log_metrics(final, step=steps)
-            summaries.append(summary)
+            summaries.append(write_member_outputs(module.member(k), member, folder, loggers[k],
+                                                  steps, env_steps, module.skipped_updates))
     except BaseException:
         for member_loggers in loggers:
             close_loggers(member_loggers, failed=True)
@@ -254,12 +238,12 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
     for seed, summary, folder in zip(seeds, summaries, folders):
         log.info("eval: %s", {k: summary[k] for k in ("expectation", "var", "cvar", "utility")})
         print(
-            f"[rs_lightning] {settings.agent.name} on {train.env.id}"
+            f"[rs_lightning] {run_config.agent.name} on {train.env.id}"
             + ("" if single else f" seed {seed}") + ": "
             f"E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
             f"CVaR={summary['cvar']:.3f}"
-            + ("" if settings.utility.risk in ("var", "cvar") or "risk_value" not in summary
-               else f" R[{settings.utility.risk}]={summary['risk_value']:.3f}")
+            + ("" if run_config.utility.risk in ("var", "cvar") or "risk_value" not in summary
+               else f" R[{run_config.utility.risk}]={summary['risk_value']:.3f}")
             + f" U={summary['utility']:.3f}"
             + (f" R_s={summary['risk_outcome']:.3f}" if "risk_outcome" in summary else "")
             + f"  -> {folder}",
@@ -268,6 +252,6 @@ def _run_locked(cfg: DictConfig, run_dir: Path, settings: ValidatedConfig, start
     if single:
         return summaries[0]
     result = {"seeds": seeds, "members": {str(seed): s for seed, s in zip(seeds, summaries)}}
-    # Last: a complete members.json marks a several-seed run finished (rs_lightning.jobs).
+    # Last: a complete members.json marks a several-seed run finished (rs_lightning.app.jobs).
     write_json_atomic(run_dir / "members.json", result)
     return result

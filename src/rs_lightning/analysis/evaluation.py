@@ -25,16 +25,22 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from rs_lightning.analysis.runs import load_run
 from rs_lightning.engine.rollout import Rollout, act_on_distinct
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
-from rs_lightning.ground_truth import ExactReferences, exact_policy_metrics, greedy_cells
 from rs_lightning.objectives.per_decision import PerDecision
+from rs_lightning.references.ground_truth import (
+    BatchPolicy,
+    ExactReferences,
+    exact_policy_metrics,
+    greedy_cells,
+)
 from rs_lightning.risk import (
     Utility,
     conditional_value_at_risk,
@@ -42,10 +48,6 @@ from rs_lightning.risk import (
     from_samples,
     value_at_risk,
 )
-from rs_lightning.runs import load_run
-
-# A greedy policy as a function: observations [B, D] -> actions [B].
-GreedyFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 class FunctionPolicy:
@@ -54,7 +56,7 @@ class FunctionPolicy:
 
     device = torch.device("cpu")
 
-    def __init__(self, greedy: GreedyFunction, utility: Utility) -> None:
+    def __init__(self, greedy: BatchPolicy, utility: Utility) -> None:
         self.greedy = greedy
         self.objective = PerDecision(utility)
 
@@ -247,12 +249,13 @@ def evaluate_policy(
     policy = rollout_policy(policy, utility)
     played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
     summary = summarize_returns(played.returns, played.outcomes, utility, rho)
+    generator = np.random.default_rng([seed, _EVALUATION_STREAM])
     summary.update(policy.objective.monte_carlo_summary(played.discounted, played.constants,
-                                                        seed))
+                                                        generator))
     return summary
 
 
-def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
+def evaluate_run(module, run_config, run_dir: Path, steps: int, env_steps: int,
                  episodes: int | None = None) -> dict[str, Any]:
     """The final evaluation of a run's member ``module``: writes ``eval.json`` (and
     ``policy.json`` on a grid).
@@ -262,11 +265,11 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     observation alone the exact E, VaR, CVaR, U and R_s of the greedy policy (keys
     ``exact_*``) and the exact references of the per-decision and static objectives.
     """
-    train = settings.train
+    train = run_config.train
     summary = evaluate_policy(
         module,
         train.env,
-        settings.utility,
+        run_config.utility,
         train.rho,
         episodes or train.evaluation.episodes,
         seed=train.seed,
@@ -276,18 +279,18 @@ def evaluate_run(module, settings, run_dir: Path, steps: int, env_steps: int,
     summary.update(module.objective.exact_summary(ExactReferences(train.env, train.rho),
                                                   module.greedy, summary))
     summary.update(
-        agent=settings.agent.name, env=train.env.id, seed=train.seed, steps=steps,
+        agent=run_config.agent.name, env=train.env.id, seed=train.seed, steps=steps,
         env_steps=env_steps,
     )
     if train.env.grid_size and module.objective.observation_markov:
         table = grid_policy_table(module.greedy, train.env.grid_size)
         write_json_atomic(Path(run_dir) / "policy.json", table)
-    # Last: a complete eval.json marks a finished run (rs_lightning.jobs skips it).
+    # Last: a complete eval.json marks a finished run (rs_lightning.app.jobs skips it).
     write_json_atomic(Path(run_dir) / "eval.json", summary)
     return summary
 
 
-def grid_policy_table(policy: GreedyFunction, size: int = 3) -> dict[str, int]:
+def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
     return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
 
@@ -297,7 +300,7 @@ def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = N
     """The greedy policy of ``run`` at ``setting`` (``alpha`` and / or the risk measure's
     parameter by name): Monte Carlo and exact (grid worlds) figures, written beside
     ``eval.json`` as ``eval_<setting>.json``; returns them and the file."""
-    utility = run.settings.utility
+    utility = run.run_config.utility
     unknown = set(setting) - {"alpha", *utility.params}
     if unknown:
         allowed = ", ".join(["alpha", *utility.params])
@@ -305,15 +308,15 @@ def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = N
                          f"allowed: {allowed}")
     parameter = next((setting[n] for n in utility.params if n in setting), None)
     policy = run.module.at(setting.get("alpha", utility.alpha), parameter)
-    train = run.settings.train
+    train = run.run_config.train
     rho = float(policy.utility.params.get("rho", train.rho))
     summary = evaluate_policy(policy, train.env, policy.utility, rho,
                               episodes or train.evaluation.episodes, seed=train.seed,
                               batch_envs=train.evaluation.batch_envs)
     summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
-    summary.update(policy.utility.params, agent=run.settings.agent.name, env=train.env.id,
+    summary.update(policy.utility.params, agent=run.run_config.agent.name, env=train.env.id,
                    seed=train.seed, steps=run.steps, env_steps=run.env_steps,
-                   risk_conditioned=run.settings.agent.risk_conditioned)
+                   risk_conditioned=run.run_config.agent.risk_conditioned)
     if train.env.grid_size:
         summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
     name = ",".join(f"{k}={v:g}" for k, v in setting.items())
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 2
             continue
         summary = evaluate_run(
-            run.module, run.settings, run_dir, steps=run.steps, env_steps=run.env_steps,
+            run.module, run.run_config, run_dir, steps=run.steps, env_steps=run.env_steps,
             episodes=args.episodes,
         )
         print(f"{run_dir}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "

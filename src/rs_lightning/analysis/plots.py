@@ -26,21 +26,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rs_lightning.errors import ConfigError
-from rs_lightning.files import read_jsonl, run_files
-from rs_lightning.ground_truth import cdf_on, exact_action_laws, wasserstein_1
-from rs_lightning.results import (
+from rs_lightning.analysis.results import (
     group_by_setting,
     labelled_groups,
     learning_settings,
     read_config,
     setting_labels,
 )
+from rs_lightning.analysis.stats import bootstrap_band, probability_of_improvement
+from rs_lightning.errors import ConfigError
+from rs_lightning.files import read_jsonl, run_files
+from rs_lightning.references.ground_truth import (
+    cdf_on,
+    exact_action_laws,
+    wasserstein_1,
+)
 from rs_lightning.risk import expectation
-from rs_lightning.stats import bootstrap_band, probability_of_improvement
 
 if TYPE_CHECKING:  # loading a run needs the training code; the curves only read files
-    from rs_lightning.runs import TrainedRun
+    from rs_lightning.analysis.runs import TrainedRun
 
 ACTION_NAMES = ("right", "down", "left", "up")
 DENSITY_BIN = 0.1
@@ -71,7 +75,7 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
     """Draw the figure into ``out``; returns per-action Q, R, U and the W1 distances."""
     plt = _pyplot()
 
-    train, utility = run.settings.train, run.settings.utility
+    train, utility = run.run_config.train, run.run_config.utility
     obs = torch.tensor([cell], dtype=torch.float32)
     with torch.no_grad():
         dist = run.module.return_distribution(obs).select(0)  # [A, K]
@@ -111,7 +115,7 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
 
     risk_name = utility.risk + (f"_{utility.params['rho']:g}" if "rho" in utility.params else "")
     title = (
-        f"{run.settings.agent.name} on {train.env.id.split('/')[-1]}, state {cell}: "
+        f"{run.run_config.agent.name} on {train.env.id.split('/')[-1]}, state {cell}: "
         f"U = {utility.alpha:g} E + {1 - utility.alpha:g} {risk_name}"
     )
     fig.suptitle(title)
@@ -140,10 +144,10 @@ CURVE_AXES = {"updates": ("step", "gradient updates"),
 def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
     """{(env id, curve label): [one seed's evaluations, ...]} from a sweep's run folders.
 
-    Runs are grouped as the rows of the results table (:func:`rs_lightning.results.
+    Runs are grouped as the rows of the results table (:func:`rs_lightning.analysis.results.
     group_by_setting`): runs of other settings are other curves, not more seeds of the same
     one. The label is the agent's name and the settings that tell the curve apart
-    (:func:`rs_lightning.results.setting_labels`). A run repeating the setting and seed of
+    (:func:`rs_lightning.analysis.results.setting_labels`). A run repeating the setting and seed of
     another is left out with a warning.
     """
     runs = []
@@ -340,7 +344,7 @@ def _policy_command(args) -> int:
 
 
 def _distributions_command(args) -> int:
-    from rs_lightning.runs import load_run
+    from rs_lightning.analysis.runs import load_run
 
     try:
         run = load_run(args.run_dir)

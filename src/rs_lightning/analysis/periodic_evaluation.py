@@ -10,8 +10,11 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from rs_lightning.evaluation import evaluate_policy
-from rs_lightning.ground_truth import exact_policy_metrics, start_state_distances
+from rs_lightning.analysis.evaluation import evaluate_policy
+from rs_lightning.references.ground_truth import (
+    exact_policy_metrics,
+    start_state_distances,
+)
 
 log = logging.getLogger("rs_lightning")
 

@@ -1,0 +1,1 @@
+"""The typed config behind conf/ and its validation (``schema``)."""
