@@ -20,7 +20,7 @@ from rs_lightning.analysis.wandb_support import wandb_online_problem
 from rs_lightning.app.train import run
 from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.errors import NumericalFault
-from rs_lightning.files import atomic_write, read_jsonl, truncate_jsonl
+from rs_lightning.files import append_jsonl, atomic_write, read_jsonl, truncate_jsonl
 from tests.conftest import ROOT
 
 
@@ -88,6 +88,26 @@ def test_a_line_cut_short_by_a_kill_is_dropped(tmp_path, capsys):
     assert "last line" in capsys.readouterr().err
     truncate_jsonl(history, lambda r: r["step"] <= 150)  # what a resume from step 150 keeps
     assert history.read_text() == '{"step": 150, "utility": 0.1}\n'
+
+
+@pytest.mark.parametrize("damage", [b'{"start_step": 0, "pid"', b"\xff\xfe\x00binary"])
+def test_a_record_never_joins_a_line_cut_by_a_kill(compose, tmp_path, capsys, damage):
+    """append_jsonl ends a cut last line before its record (the record stays readable), and
+    a run drops the damaged record of its attempts.jsonl as eval_history.jsonl's."""
+    path = tmp_path / "attempts.jsonl"
+    path.write_bytes(b'{"start_step": 0}\n' + damage)
+    append_jsonl(path, {"start_step": 100})
+    assert read_jsonl(path) == [{"start_step": 0}, {"start_step": 100}]
+    assert "skipping an unreadable line 2" in capsys.readouterr().err
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "attempts.jsonl").write_bytes(damage)
+    run(compose(["debug=quick", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=20", "evaluation.every_n_steps=0",
+                 "evaluation.episodes=20"]), run_dir=run_dir)
+    lines = (run_dir / "attempts.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["start_step"] == 0
 
 
 def test_atomic_write_gives_files_the_usual_permissions(tmp_path):

@@ -472,3 +472,75 @@ def test_var_and_cvar_keep_their_values():
     dist = GREEDY_PAIRS["orange-cdf"]
     assert float(value_at_risk(dist, 0.1)[0, 1]) < 0 < float(value_at_risk(dist, 0.1)[0, 0])
     assert float(conditional_value_at_risk(dist, 0.1)[0, 1]) < -1.0
+
+
+# ------------------------------------------------------- high-precision references
+HIGH_PRECISION_LAW = ([-2.0, -1.0, 0.5, 1.3], [0.1, 0.2, 0.3, 0.4])
+
+
+def entropic_reference(beta: float) -> float:
+    """-1/beta log E[exp(-beta Z)] of HIGH_PRECISION_LAW with 50 significant digits."""
+    import mpmath
+
+    atoms, probs = HIGH_PRECISION_LAW
+    with mpmath.workdps(50):
+        b = mpmath.mpf(beta)
+        mean = sum(mpmath.mpf(p) * mpmath.exp(-b * mpmath.mpf(a)) for a, p in zip(atoms, probs))
+        return float(-mpmath.log(mean) / b)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-6), (torch.float64, 1e-8)])
+@pytest.mark.parametrize("beta", [1e-8, -1e-8, 1e-4, 0.5, 1.0, -1.0, 10.0, -10.0, 1e3, 1e6,
+                                  -1e6])
+def test_entropic_matches_a_high_precision_reference_across_beta(dtype, tolerance, beta):
+    """From |beta| = 1e-8 (the mean, where exp rounds every term to 1 in float32) to 1e6 (the
+    worst or best atom), scalar and per-row beta alike."""
+    atoms, probs = HIGH_PRECISION_LAW
+    dist = ReturnDistribution(torch.tensor(atoms, dtype=dtype), torch.tensor(probs, dtype=dtype))
+    expected = entropic_reference(beta)
+    assert float(entropic(dist, beta)) == pytest.approx(expected, abs=tolerance)
+    rows = ReturnDistribution(dist.values.expand(3, -1), dist.probs.expand(3, -1))
+    per_row = entropic(rows, torch.full((3,), beta, dtype=dtype))
+    assert per_row.tolist() == pytest.approx([expected] * 3, abs=tolerance)
+
+
+def cpw_reference(eta: float) -> float:
+    """CPW of HIGH_PRECISION_LAW with 60 significant digits: sum_k z_k (g(F_k) - g(F_{k-1})),
+    g = beta^-1 by bisection on log beta."""
+    import mpmath
+
+    atoms, probs = HIGH_PRECISION_LAW
+    with mpmath.workdps(60):
+        e = mpmath.mpf(eta)
+
+        def log_beta(tau):
+            a, b = e * mpmath.log(tau), e * mpmath.log(1 - tau)
+            top = max(a, b)
+            return a - (top + mpmath.log(mpmath.exp(a - top) + mpmath.exp(b - top))) / e
+
+        def g(level):
+            if level >= 1:
+                return mpmath.mpf(1)
+            low, high, target = mpmath.mpf(0), mpmath.mpf(1), mpmath.log(level)
+            for _ in range(200):
+                middle = (low + high) / 2
+                low, high = (middle, high) if log_beta(middle) < target else (low, middle)
+            return (low + high) / 2
+
+        total, previous, cumulative = mpmath.mpf(0), mpmath.mpf(0), mpmath.mpf(0)
+        for atom, p in zip(atoms, probs):
+            cumulative += mpmath.mpf(p)
+            current = g(cumulative)
+            total += mpmath.mpf(atom) * (current - previous)
+            previous = current
+        return float(total)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-6), (torch.float64, 1e-9)])
+@pytest.mark.parametrize("eta", [0.28, 0.71, 2.0, 5.0, 150.0, 1e3, 1e6, 1e300])
+def test_cpw_matches_a_high_precision_reference_across_eta(dtype, tolerance, eta):
+    """From the smallest eta it accepts to 1e300: above about 150, beta is below the
+    smallest float over most of [0, 1], and CPW tends to the worst atom."""
+    atoms, probs = HIGH_PRECISION_LAW
+    dist = ReturnDistribution(torch.tensor(atoms, dtype=dtype), torch.tensor(probs, dtype=dtype))
+    assert float(cpw(dist, eta)) == pytest.approx(cpw_reference(eta), abs=tolerance)

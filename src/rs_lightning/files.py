@@ -81,9 +81,16 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
 
 
 def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
-    """Append one JSON line, flushed to disk before returning."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    """Append one JSON line, flushed to disk before returning. A last line cut short by a
+    kill (no newline at its end) is ended first: the record never joins it, and
+    :func:`read_jsonl` drops the cut line alone."""
+    with open(path, "a+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        cut = False
+        if end:
+            f.seek(end - 1)
+            cut = f.read(1) != b"\n"  # (writes append wherever the read stopped)
+        f.write((b"\n" if cut else b"") + json.dumps(record, sort_keys=True).encode() + b"\n")
         f.flush()
         os.fsync(f.fileno())
 

@@ -3,7 +3,6 @@ composition root registers: the engine itself knows no evaluation)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytorch_lightning as pl
 import torch
 
 from rs_lightning.analysis.evaluation import evaluate_policy
+from rs_lightning.files import append_jsonl
 from rs_lightning.references.ground_truth import (
     exact_policy_metrics,
     start_state_distances,
@@ -133,6 +133,5 @@ def evaluate_during_training(module, env_config, rho: float, episodes: int, seed
         record = {"step": step, "env_steps": env_steps, **summary}
         if train_seconds is not None:
             record["train_seconds"] = round(train_seconds, 3)
-        with open(history_path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        append_jsonl(history_path, record)
     return metrics

@@ -169,6 +169,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
     torch.set_num_threads(train.hardware.torch_threads)
     pl.seed_everything(train.seed, workers=True, verbose=False)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    # A record cut by a kill is dropped, as from eval_history.jsonl below.
+    truncate_jsonl(run_dir / "attempts.jsonl", lambda record: True)
     append_jsonl(run_dir / "attempts.jsonl", {
         "start_step": start_step, "ckpt_path": train.ckpt_path, "pid": os.getpid(),
         "host": socket.gethostname(), "time": datetime.datetime.now().isoformat(timespec="seconds"),

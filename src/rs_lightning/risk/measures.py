@@ -190,43 +190,58 @@ def power(dist: ReturnDistribution, eta: float | Tensor) -> Tensor:
 CPW_MIN_ETA = 0.28
 
 
-def cpw_fractions(tau: Tensor, eta: float) -> Tensor:
-    """beta(tau) = tau^eta / (tau^eta + (1 - tau)^eta)^(1 / eta), the cumulative probability
-    weighting of Tversky & Kahneman (1992), in log space (exact at 0 and 1)."""
+def cpw_log_fractions(tau: Tensor, eta: float) -> Tensor:
+    """log beta(tau), beta(tau) = tau^eta / (tau^eta + (1 - tau)^eta)^(1 / eta): in log space
+    throughout, so no power underflows however large eta is (-inf at tau = 0)."""
     a, b = eta * tau.log(), eta * (1.0 - tau).log()  # log tau^eta, log (1 - tau)^eta
     top = torch.maximum(a, b)  # a log-sum-exp by hand: faster than logaddexp on the CPU
     log_sum = top + ((a - top).exp() + (b - top).exp()).log()
-    return torch.exp(a - log_sum / eta)
+    return a - log_sum / eta
+
+
+def cpw_fractions(tau: Tensor, eta: float) -> Tensor:
+    """beta(tau), the cumulative probability weighting of Tversky & Kahneman (1992), exact at
+    0 and 1 (:func:`cpw_log_fractions`)."""
+    return torch.exp(cpw_log_fractions(tau, eta))
 
 
 @functools.lru_cache(maxsize=16)
 def _cpw_table(eta: float, size: int = 2**14 + 1) -> tuple[Tensor, Tensor]:
-    """beta on a grid of tau (float64, CPU) to invert by table look-up; the grid is dense
+    """log beta on a grid of tau (float64, CPU) to invert by table look-up; the grid is dense
     near 0 and 1 (tau = (1 - cos(pi x)) / 2, x evenly spaced), where beta is steepest."""
     x = torch.linspace(0.0, 1.0, size, dtype=torch.float64)
     tau = 0.5 * (1.0 - torch.cos(math.pi * x))
     tau[0], tau[-1] = 0.0, 1.0
-    return tau, cpw_fractions(tau, eta)
+    return tau, cpw_log_fractions(tau, eta)
 
 
 def cpw_distortion(u: Tensor, eta: float) -> Tensor:
-    """g = beta^-1 of the CPW fraction map at levels ``u``: the bracketing cell of a table of
-    beta, linear inside it, then one secant step against beta itself (error below 1e-8 for
-    eta >= 0.28, tests/test_risk_measures.py). No gradient (only weights come out of it)."""
-    tau, beta = (t.to(u.device) for t in _cpw_table(float(eta)))
-    work = u.detach().double()
-    index = torch.searchsorted(beta, work, right=True).clamp_(1, tau.numel() - 1)
+    """g = beta^-1 of the CPW fraction map at levels ``u``, in log space (for a large eta,
+    beta is below the smallest float over most of [0, 1] while log beta is not): the
+    bracketing cell of a table of log beta, linear inside it (near 0, where log beta is
+    about eta log tau, that power law), then one secant step against log beta itself (error
+    below 1e-8, tests/test_risk_measures.py). No gradient (only weights come out of it)."""
+    if eta == 1.0:  # beta is the identity: E itself, exactly
+        return u.detach().clone()
+    tau, log_beta = (t.to(u.device) for t in _cpw_table(float(eta)))
+    level = u.detach().double()
+    work = level.clamp(min=torch.finfo(torch.float64).tiny).log()
+    index = torch.searchsorted(log_beta, work, right=True).clamp_(1, tau.numel() - 1)
     low, high = tau[index - 1], tau[index]
-    f_low, f_high = beta[index - 1], beta[index]
+    f_low, f_high = log_beta[index - 1], log_beta[index]
     share = ((work - f_low) / (f_high - f_low).clamp_min(1e-300)).clamp_(0.0, 1.0)
-    guess = low + share * (high - low)
-    f_guess = cpw_fractions(guess, eta)
+    first = torch.isinf(f_low)  # the cell from tau = 0: log beta ~ eta log tau there
+    share = share.where(~first, torch.zeros_like(share))
+    guess = torch.where(first, (work / eta).exp().clamp(max=1.0) * high, low + share * (high - low))
+    f_guess = cpw_log_fractions(guess, eta)
     # Secant from the guess to the bracket end on the other side of the level.
     above = f_guess > work
     other, f_other = torch.where(above, low, high), torch.where(above, f_low, f_high)
-    step = (work - f_guess) / (f_other - f_guess).where(f_other != f_guess, torch.ones_like(work))
-    refined = guess + step.clamp_(0.0, 1.0) * (other - guess)
-    return refined.where(f_other != f_guess, guess).to(u.dtype)
+    usable = (f_other != f_guess) & torch.isfinite(f_other) & torch.isfinite(f_guess)
+    step = (work - f_guess) / (f_other - f_guess).where(usable, torch.ones_like(work))
+    refined = (guess + step.clamp_(0.0, 1.0) * (other - guess)).where(usable, guess)
+    refined = refined.where(level > 0, torch.zeros_like(refined))
+    return refined.where(level < 1, torch.ones_like(refined)).to(u.dtype)
 
 
 @risk_measure("cpw", fraction_map=cpw_fractions)
@@ -278,8 +293,16 @@ def entropic(dist: ReturnDistribution, beta: float | Tensor) -> Tensor:
     # Shift by the largest exponent among atoms with mass (zero-mass atoms may lie anywhere);
     # the clamp only touches zero-mass atoms, whose terms are 0 either way (no 0 * inf).
     shift = exponent.masked_fill(dist.probs <= 0, -math.inf).amax(-1, keepdim=True).detach()
-    mean = (dist.probs * (exponent - shift).clamp(max=0.0).exp()).sum(-1)
-    return -(mean.log() + shift.squeeze(-1)) / scalar_beta
+    # log E[exp(x)] = shift + log E[exp(x - shift)], E over the normalised weights. Near 1 the
+    # mean is log1p of the mean of expm1: for a small |beta| every exp(x - shift) is
+    # 1 - beta (z - z_top), which exp rounds to 1 in float32 (the measure came out as the
+    # worst atom) and expm1 keeps; far below 1 (a heavy tail), the log of the mean itself.
+    scaled = (exponent - shift).clamp(max=0.0)
+    total = dist.probs.sum(-1)
+    mean = (dist.probs * scaled.exp()).sum(-1) / total
+    near_one = (dist.probs * scaled.expm1()).sum(-1) / total
+    log_mean = torch.where(mean > 0.5, near_one.clamp(min=-0.5).log1p(), mean.log())
+    return -(log_mean + shift.squeeze(-1)) / scalar_beta
 
 
 Value = TypeVar("Value", float, Tensor)
