@@ -80,6 +80,10 @@ def test_used_by_overrides_reach_the_utility(compose):
         (["logger.backend=tensorboard"], "logger.backend"),
         (["hardware.accelerator=tpu"], "hardware.accelerator"),
         (["+risk.beta=2"], "risk"),
+        (["learning.n_step=1000000"], "learning.n_step"),
+        (["learning.n_step=64", "learning.replay_capacity=32", "learning.batch_size=32"],
+         "learning.n_step"),
+        (["learning.warmup_steps=2000000"], "learning.warmup_steps"),
     ],
 )
 def test_bad_values_name_the_key(compose, overrides, key):

@@ -288,3 +288,33 @@ def test_a_checkpoint_naming_the_weights_agent_loads_and_resumes(compose, tmp_pa
             == (tmp_path / "full" / "eval.json").read_text())
     loaded = load_run(tmp_path / "full", checkpoint="../earlier.ckpt")
     assert loaded.steps == 100
+
+
+def test_sigterm_during_a_long_warm_up_stops_the_run_within_seconds(tmp_path):
+    """The warm-up collects inside the first update: a SIGTERM there stops the run as one
+    at the end of an update does (status 143, one line, the state saved: no update made,
+    the transitions collected so far kept)."""
+    import torch
+
+    run_dir = tmp_path / "run"
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), "debug=quick", "logger=none",
+             "callbacks.progress_bar=false", "learning.warmup_steps=2000000",
+             "learning.replay_capacity=2000000", f"hydra.run.dir={run_dir}"],
+            cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 240
+        while not (run_dir / "attempts.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.0)  # inside the warm-up by now (about 10^4 transitions a second)
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        process.wait(timeout=60)
+        took = time.monotonic() - sent
+    message = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 143, message[-3000:]
+    assert took < 10 and message.count("Stopped by SIGTERM") == 1, message[-3000:]
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 0
+    assert 0 < state["ExperienceDataModule"]["collector"]["env_steps"] < 2_000_000

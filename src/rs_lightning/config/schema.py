@@ -51,6 +51,7 @@ MAX_PARALLEL_SEEDS = 256
 MAX_NUM_ENVS = 4096
 MAX_BATCH_ENVS = 65536
 MAX_TORCH_THREADS = 1024
+MAX_N_STEP = 1000
 
 
 def check_finite(node: Any, key: str = "") -> None:
@@ -166,6 +167,12 @@ class LearningSection:
                  "update every 8 environment steps)", self.updates_per_step)
         _require(self.n_step >= 1, "learning.n_step", "a positive integer (1: one-step returns)",
                  self.n_step)
+        _at_most("learning.n_step", self.n_step, min(MAX_N_STEP, self.replay_capacity),
+                 f"each copy's window of n steps costs O(n) a step; at most {MAX_N_STEP} and "
+                 f"learning.replay_capacity={self.replay_capacity}")
+        _at_most("learning.warmup_steps", self.warmup_steps, self.replay_capacity,
+                 f"learning.replay_capacity={self.replay_capacity}: the transitions beyond it "
+                 "would be overwritten before the first update")
 
 
 @dataclass

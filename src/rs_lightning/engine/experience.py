@@ -125,24 +125,46 @@ class Collector:
         self.env_steps += self.copies_per_member
         return self.copies_per_member
 
-    def experience(self, policy: Policy) -> ExperienceBatch:
-        """What the next update learns from: first the steps of the copies its share of the
-        update ratio asks for (``updates_per_step`` = p / q: every transition earns p, every
-        update costs q; the warm-up at a fresh start), then a replay batch of every member."""
-        earned, cost = self.updates_per_step.numerator, self.updates_per_step.denominator
-        if self.env_steps < self.warmup_steps or len(self.replay) == 0:
-            # A fresh run (a resumed one is past it).
-            while self.env_steps < self.warmup_steps or len(self.replay) == 0:
-                self.step(policy)
+    @property
+    def warming_up(self) -> bool:
+        """The first ``warmup_steps`` transitions, and more until the replay memory holds
+        one (n-step transitions are stored n - 1 steps late): no update learns yet."""
+        return self.env_steps < self.warmup_steps or len(self.replay) == 0
+
+    def needs_transitions(self) -> bool:
+        """Whether the copies step before the next update: during the warm-up, then while
+        the update ratio's credit is short of an update's cost (``updates_per_step`` =
+        p / q: every transition earns p, every update costs q)."""
+        return self.warming_up or self.update_credit < self.updates_per_step.denominator
+
+    def collect(self, policy: Policy) -> None:
+        """One step of the copies (:meth:`step`); past the warm-up its transitions earn
+        updates (those of the step that crosses it, the ones beyond it)."""
+        earned = self.updates_per_step.numerator
+        warming_up = self.warming_up
+        copies = self.step(policy)
+        if not warming_up:
+            self.update_credit += earned * copies
+        elif not self.warming_up:
             self.update_credit = (self.env_steps - self.warmup_steps) * earned
-        while self.update_credit < cost:
-            self.update_credit += earned * self.step(policy)
-        # Paid before the update runs: a checkpoint after it holds what is left.
+
+    def sample(self) -> ExperienceBatch:
+        """What the next update learns from: a replay batch of every member and the episodes
+        that ended since the last one. The update is paid for here, before it runs: a
+        checkpoint after it holds what is left."""
+        earned, cost = self.updates_per_step.numerator, self.updates_per_step.denominator
         self.update_credit -= cost
         returns, outcomes = self.pop_ended_episodes()
         # The transition this update follows: the last one whose credit it spent.
         return ExperienceBatch(self.replay.sample(self.batch_size), returns, outcomes,
                                self.env_steps - self.update_credit // earned)
+
+    def experience(self, policy: Policy) -> ExperienceBatch:
+        """The steps the next update asks for, then its batch (:meth:`collect`,
+        :meth:`sample`)."""
+        while self.needs_transitions():
+            self.collect(policy)
+        return self.sample()
 
     def pop_ended_episodes(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
         if not any(self.ended_returns):  # most steps end no episode

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from rs_lightning.agents.base import Agent
@@ -264,9 +265,14 @@ class QLearning(pl.LightningModule):
         update = self.global_step + 1  # the number of the update this step makes
 
         # 1. Observe (the objective's episode state augments), act (epsilon-greedy on the
-        #    objective's rule), step the copies and store, as often as the update ratio
-        #    asks; then sample a replay batch of every member.
-        experience = collector.experience(self)
+        #    objective's rule), step the copies and store, as often as the update ratio asks
+        #    (first the warm-up: a SIGTERM stops it too); then sample a replay batch of every
+        #    member.
+        while collector.needs_transitions():
+            if self.trainer.received_sigterm:
+                raise SIGTERMException()  # saved and reported as at the end of a step
+            collector.collect(self)
+        experience = collector.sample()
         self.last_experience = experience
         transitions = experience.transitions
         if self.device.type != "cpu":
