@@ -90,3 +90,24 @@ def test_eval_summary_holds_the_lower_quantiles_of_the_returns():
                          "0.75": 74.0, "0.9": 89.0, "0.95": 94.0, "0.99": 98.0}
     assert quantiles["0.1"] == summary["var"]  # VaR_0.1 is the same rule
     json.dumps(summary)
+
+
+def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(compose, monkeypatch,
+                                                                       capsys):
+    """ShiftedCounter has no time limit, and a policy that always steps back never reaches
+    its end: each episode is cut at the cap (the evaluation ends), with one warning."""
+    import torch
+
+    import tests.gym_test_envs  # noqa: F401  (registers ShiftedCounter-v0)
+    from rs_lightning.analysis import evaluation
+    from rs_lightning.config.schema import validate
+
+    monkeypatch.setattr(evaluation, "EPISODE_STEP_CAP", 50)
+    env = validate(compose(["env=gym", "env.id=ShiftedCounter-v0"])).train.env
+    summary = evaluation.evaluate_policy(lambda obs: torch.zeros(len(obs), dtype=torch.long),
+                                         env, Utility(1.0), 0.1, episodes=5, seed=0)
+    # From position 2, one step back earns 1 (position 1), the 49 others 0 (position 0).
+    assert summary["episodes"] == 5 and summary["expectation"] == 1.0
+    err = capsys.readouterr().err
+    assert err.count("ran 50 steps without ending and was cut there") == 1
+    assert "env.max_episode_steps" in err

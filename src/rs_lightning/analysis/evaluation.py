@@ -89,6 +89,12 @@ class PlayedEpisodes(NamedTuple):
     constants: np.ndarray | None  # what the objective's episode state fixed for each episode
 
 
+# An evaluation episode is cut after this many steps, with a warning: in an environment
+# without a time limit, a greedy policy that never ends an episode would hold the evaluation
+# (and a stop signal waiting for it) forever.
+EPISODE_STEP_CAP = 100_000
+
+
 def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
                   progress: bool = False) -> PlayedEpisodes:
     """Run ``episodes`` episodes of a member's greedy policy (a rollout policy of one member,
@@ -97,7 +103,8 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
     ``min(episodes, batch_envs)`` env copies (the engine's :mod:`rs_lightning.envs.copies`)
     play them side by side, with the objective's episode state; a copy whose episode ends
     starts the next one, reset with that episode's seed. ``progress`` shows a bar with
-    episodes per second and the running mean return and R_s.
+    episodes per second and the running mean return and R_s. An episode still running after
+    :data:`EPISODE_STEP_CAP` steps is cut there (its R_s is NaN), with a warning.
     """
     n = min(episodes, batch_envs)
     seeds = episode_seeds(seed, episodes)
@@ -113,6 +120,8 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
     constants = None
     discount = np.ones(n)
     episode_of = np.arange(n)  # which episode each copy is playing
+    lengths = np.zeros(n, dtype=np.int64)  # steps of each copy's episode so far
+    warned = False
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
@@ -124,10 +133,23 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
         reward = step.copies.reward
         returns[episode_of[active]] += reward[active]
         discounted[episode_of[active]] += (discount * reward)[active]
-        discount = np.where(step.copies.ended, 1.0, discount * gamma)
-        ended = np.flatnonzero(step.copies.ended & active)
+        lengths += 1
+        episode_end = step.copies.ended
+        cut = (lengths >= EPISODE_STEP_CAP) & ~episode_end & active
+        if cut.any():
+            if not warned:
+                warned = True
+                print(f"warning: an evaluation episode of {env_config.id} ran "
+                      f"{EPISODE_STEP_CAP:,} steps without ending and was cut there: the "
+                      "environment has no time limit that ends it (set env.max_episode_steps)",
+                      file=sys.stderr)
+            rollout.state.restart(cut)
+            episode_end = episode_end | cut
+        lengths[episode_end] = 0
+        discount = np.where(episode_end, 1.0, discount * gamma)
+        ended = np.flatnonzero(episode_end & active)
         if ended.size:
-            outcome = step.copies.risk_outcome
+            outcome = np.where(cut, np.nan, step.copies.risk_outcome)
             restart, restart_seeds = [], []
             for j in ended:
                 episode = episode_of[j]
