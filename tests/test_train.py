@@ -318,3 +318,25 @@ def test_sigterm_during_a_long_warm_up_stops_the_run_within_seconds(tmp_path):
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 0
     assert 0 < state["ExperienceDataModule"]["collector"]["env_steps"] < 2_000_000
+
+
+def test_a_resume_learns_with_the_optimizer_settings_its_config_records(compose, tmp_path):
+    """learning.lr and learning.adam_eps given with ckpt_path= are what the resumed run's
+    Adam uses (and what its config.yaml says); the checkpoint's values do not come back."""
+    import torch
+    import yaml
+
+    overrides = ["debug=quick", "agent=dqn", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=100", "trainer.checkpoint_every_n_steps=50",
+                 "evaluation.every_n_steps=0", "evaluation.episodes=20"]
+    run(compose(overrides), run_dir=tmp_path / "first")
+    checkpoint = tmp_path / "first" / "checkpoints" / "step0000050.ckpt"
+    changed = ["trainer.max_steps=120", "learning.lr=0.0123", "learning.adam_eps=0.0007"]
+    run(compose([*overrides, *changed, f"ckpt_path={checkpoint}"]), run_dir=tmp_path / "resumed")
+    state = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
+    (group,) = state["optimizer_states"][0]["param_groups"]
+    assert (group["lr"], group["eps"]) == (0.0123, 0.0007)
+    recorded = yaml.safe_load((tmp_path / "resumed" / "config.yaml").read_text())["learning"]
+    assert (recorded["lr"], recorded["adam_eps"]) == (0.0123, 0.0007)
+    first = torch.load(checkpoint, weights_only=True)["optimizer_states"][0]["param_groups"][0]
+    assert first["lr"] != 0.0123

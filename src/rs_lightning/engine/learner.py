@@ -247,6 +247,11 @@ class QLearning(pl.LightningModule):
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
         self.clock.start()
+        # A resumed run learns with its config's optimizer settings, which its config.yaml
+        # records, not with those the checkpoint's optimizer state carries.
+        for optimizer in self.trainer.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"], group["eps"] = self.learning.lr, self.learning.adam_eps
 
     def on_fit_start(self) -> None:
         # On one device without a gradient scaler, Lightning's manual_backward only adds hook
