@@ -183,3 +183,34 @@ def test_bad_input_is_refused_by_the_job_without_the_callback(finished_run, tmp_
     assert result.returncode == EXIT_BAD_INPUT
     assert "alpha: must be in [0, 1], got 1.5" in error_line(result.stderr)
     assert snapshot(folder) == before
+
+
+# ------------------------------------------------------------------ folders stay in outputs/
+def test_a_value_with_slashes_names_one_folder_inside_outputs(compose):
+    """An override value holding '/' or '..' names one folder (its slashes as %2F), for a
+    run and for a sweep's job alike."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from rs_lightning.app.run_names import folder_label
+
+    assert folder_label("+env.kwargs.render_mode=x/../../tmp/ESC") == (
+        "+env.kwargs.render_mode=x%2F..%2F..%2Ftmp%2FESC")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose("train", ["debug=quick", "+env.kwargs.render_mode=x/../../tmp/ESC"],
+                            return_hydra_config=True)
+    cfg.hydra.job.num = 0
+    run_dir = cfg.hydra.run.dir.split("outputs/runs/", 1)[1]
+    assert "/" not in run_dir and "/" not in cfg.hydra.sweep.subdir
+
+
+@pytest.mark.parametrize("subdir", ["/ABS", "../escaped", "a/../../b"])
+def test_a_sweep_subdir_outside_the_sweep_is_refused_before_any_job(tmp_path, subdir):
+    sweep = tmp_path / "sweep"
+    subdir = subdir.replace("/ABS", str(tmp_path / "elsewhere"))
+    result = train_command("-m", *QUICK, "seed=1,2", f"hydra.sweep.dir={sweep}",
+                           f"hydra.sweep.subdir={subdir}", cwd=tmp_path)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    line = error_line(result.stderr)
+    assert "hydra.sweep.subdir: must name a folder inside hydra.sweep.dir" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

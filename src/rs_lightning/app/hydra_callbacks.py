@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rs_lightning.analysis.results import write_results
 from rs_lightning.analysis.study import OPTUNA_RESULTS_FILE, write_study_history
@@ -16,6 +16,7 @@ from rs_lightning.app.run_folders import (
     check_inputs,
     check_output_dir_given,
     check_output_folder,
+    check_sweep_subdir,
     folder_state,
     sweep_jobs,
 )
@@ -87,6 +88,8 @@ class CheckInputs(Callback):
         def check() -> None:
             check_output_dir_given(config.hydra.sweep.dir, "hydra.sweep.dir")
             check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
+            check_sweep_subdir(OmegaConf.to_container(config.hydra.sweep, resolve=False)
+                               .get("subdir"))
 
         _stop_on_bad_input(check)
 

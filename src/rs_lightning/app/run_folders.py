@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import yaml
@@ -88,13 +88,28 @@ def check_output_dir_given(value: Any, key: str) -> None:
                                  "default (outputs/runs/... or outputs/multirun/...)")
 
 
+def check_sweep_subdir(subdir: Any) -> None:
+    """FolderRefused for a ``hydra.sweep.subdir`` (as written, before interpolation) that
+    would put a job's folder outside its sweep folder: an absolute path or a ``..``."""
+    parts = PurePath(str(subdir)).parts
+    if PurePath(str(subdir)).is_absolute() or ".." in parts:
+        raise FolderRefused("hydra.sweep.subdir", "must name a folder inside hydra.sweep.dir "
+                            f"(a relative path without '..'), got {str(subdir)!r}")
+
+
 def check_job_folder() -> None:
-    """Under Hydra: FolderRefused if the run or sweep folder this job was given is empty."""
+    """Under Hydra: FolderRefused if the run or sweep folder this job was given is empty, or
+    if a sweep job's folder lies outside its sweep folder."""
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()
     if in_multirun():
         check_output_dir_given(hydra.sweep.dir, "hydra.sweep.dir")
+        sweep = Path(hydra.sweep.dir).resolve()
+        job = Path(hydra.runtime.output_dir).resolve()
+        if sweep not in job.parents:
+            raise FolderRefused("hydra.sweep.subdir", f"puts this job's folder {job} outside "
+                                f"its sweep folder {sweep}: give a folder name inside it")
     else:
         check_output_dir_given(hydra.run.dir, "hydra.run.dir")
 

@@ -24,10 +24,12 @@ FOLDER_LABEL_LIMIT = 160
 
 
 def folder_label(overrides: Any, limit: int = FOLDER_LABEL_LIMIT) -> str:
-    """Hydra's ``override_dirname`` as a folder name: whole up to ``limit`` characters, else
+    """Hydra's ``override_dirname`` as one folder name: whole up to ``limit`` characters, else
     cut and ended with a hash of the whole label (``...,learning.lr=0.00012-3f9a1c2e``), so
     that every setting keeps its own folder and a sweep run again finds it."""
-    text = str(overrides)
+    # A value holding "/" ("render_mode=x/../../tmp") would make folders of its parts and
+    # could leave outputs/: each slash becomes "%2F", so the label is one folder name.
+    text = str(overrides).replace("/", "%2F")
     if len(text) <= limit:
         return text
     digest = hashlib.sha1(text.encode()).hexdigest()[:8]
