@@ -335,28 +335,33 @@ SIGTERM_PHASES = [
 ]
 
 
+@pytest.mark.parametrize("name, status", [("SIGTERM", 143), ("SIGINT", 130)])
 @pytest.mark.parametrize("phase, target, members", SIGTERM_PHASES,
                          ids=[f"{p[0]}-K{p[2]}" for p in SIGTERM_PHASES])
-def test_sigterm_in_any_phase_is_one_line_and_the_same_command_resumes(
-        compose, tmp_path, monkeypatch, capsys, uninterrupted, phase, target, members):
+def test_a_stop_signal_in_any_phase_is_one_line_and_the_same_command_resumes(
+        compose, tmp_path, monkeypatch, capsys, uninterrupted, phase, target, members, name,
+        status):
+    """SIGTERM (a scheduler) and SIGINT (Ctrl-C) alike: one line naming the signal and the
+    checkpoint, 128 + the signal as the status, and the same command resumes."""
     module_name, _, function = target.rpartition(".")
     module = __import__(module_name, fromlist=[function])
     real = getattr(module, function)
 
     def signalled(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)  # delivered before the next bytecode
+        os.kill(os.getpid(), getattr(signal, name))  # delivered before the next bytecode
         return real(*args, **kwargs)
 
     overrides = [*PHASED, f"parallel_seeds={members}"]
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = [signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)]
     with monkeypatch.context() as patch:
         patch.setattr(module, function, signalled)
-        status = run_job_here(compose, overrides, tmp_path, monkeypatch)
-    assert status == 143
+        stopped = run_job_here(compose, overrides, tmp_path, monkeypatch)
+    assert stopped == status
     (line,) = fault_lines(capsys)
-    assert line.startswith("Stopped by SIGTERM: the run's state is in ")
+    assert line.startswith(f"Stopped by {name}: the run's state is in ")
     assert "last.ckpt (update " in line and line.endswith("the same command resumes it")
-    assert signal.getsignal(signal.SIGTERM) == handler  # the run restored it
+    # The run restored both handlers.
+    assert [signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)] == handlers
     assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
     assert eval_files(tmp_path, members) == uninterrupted[members]
 

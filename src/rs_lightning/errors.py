@@ -6,6 +6,7 @@ EXIT_BAD_INPUT = 2
 EXIT_NUMERICAL_FAULT = 3
 EXIT_OUTPUT_FAULT = 4  # a file of the run could not be written (disk full, permissions)
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it stopped
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 
 
 class ConfigError(ValueError):

@@ -15,8 +15,8 @@ callbacks are configured. In a multirun a failing job writes ``failed.json`` (er
 traceback) into its folder and the sweep goes on, except that a job folder it may not write
 into stops the sweep with one line (exit status 2) and gets no ``failed.json``, and a job
 another process is running is skipped; a single run prints one line and exits non-zero
-(2: bad input, 3: a numerical fault, 4: a write that failed, 143: SIGTERM), naming the last
-good checkpoint.
+(2: bad input, 3: a numerical fault, 4: a write that failed, 143: SIGTERM, 130: SIGINT),
+naming the last good checkpoint.
 
 This module imports neither Lightning nor W&B, so bad input is reported within seconds.
 """
@@ -51,6 +51,7 @@ from rs_lightning.errors import (
     EXIT_BAD_INPUT,
     EXIT_NUMERICAL_FAULT,
     EXIT_OUTPUT_FAULT,
+    EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     ConfigError,
     NumericalFault,
@@ -80,9 +81,10 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         # Stopped from outside: not a failure of the job, and a sweep stops here too.
         saved = newest_checkpoint(run_dir)
         where = f"{saved[0]} (update {saved[1]})" if saved else "no checkpoint"
-        print(f"Stopped by SIGTERM: the run's state is in {where}; the same command resumes it",
+        name = getattr(error, "signal_name", "SIGTERM")
+        print(f"Stopped by {name}: the run's state is in {where}; the same command resumes it",
               file=sys.stderr)
-        raise SystemExit(EXIT_TERMINATED) from None
+        raise SystemExit(EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED) from None
     except Exception as error:
         if in_multirun() and isinstance(error, FolderInUse):
             # Another process runs this job (two copies of one sweep): the sweep goes on.

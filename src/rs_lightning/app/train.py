@@ -97,43 +97,54 @@ def _report_early_end(train, periodic: PeriodicEvaluation, steps: int, seconds: 
         print(f"[rs_lightning] trainer.max_time={train.trainer.max_time} spent after update "
               f"{steps} of {train.trainer.max_steps}", file=sys.stderr)
 
-class StopOnSigterm:
-    """The SIGTERM handler of a run: outside Lightning's training loop (building the run,
-    the final evaluation, writing the outputs) it stops the run at once with
-    SIGTERMException, which the job reports in one line; inside it, Lightning, which calls
-    this handler after its own, stops at the end of the update (CheckpointOnSigterm)."""
+class StopOnSignal:
+    """The SIGTERM and SIGINT (Ctrl-C) handler of a run: outside Lightning's training loop
+    (building the run, the final evaluation, writing the outputs) it stops the run at once
+    with SIGTERMException, which the job reports in one line; inside it, Lightning stops at
+    the end of the update (CheckpointOnSigterm), for SIGINT too: the handler passes it on as
+    SIGTERM, which Lightning watches. ``received`` is the first signal."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.fitting = False
+        self.received: int | None = None
 
     def __call__(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
         if not self.fitting:
             raise SIGTERMException()
+        if signum == signal.SIGINT:
+            os.kill(os.getpid(), signal.SIGTERM)  # Lightning's handler, then this one
 
-    def install(self):
+    def install(self) -> dict:
         """Install it (main thread only, where Python runs signal handlers); returns the
-        handler to restore, or None."""
+        handlers to restore."""
         if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGTERM, self)
+            return {}
+        return {signum: signal.signal(signum, self) for signum in self.SIGNALS}
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None,
         checked: tuple[ValidatedConfig, int] | None = None) -> dict[str, Any]:
     """Train, evaluate and write the run's outputs (see :func:`run_phases`), stopping with
-    SIGTERMException on SIGTERM in any phase."""
-    on_sigterm = StopOnSigterm()
-    previous = on_sigterm.install()
+    SIGTERMException on SIGTERM or SIGINT in any phase (its ``signal_name`` says which)."""
+    on_signal = StopOnSignal()
+    previous = on_signal.install()
     try:
-        return run_phases(cfg, run_dir, checked, on_sigterm)
+        return run_phases(cfg, run_dir, checked, on_signal)
+    except SIGTERMException as stop:
+        stop.signal_name = signal.Signals(on_signal.received or signal.SIGTERM).name
+        raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_phases(cfg: DictConfig, run_dir: Path | None = None,
                checked: tuple[ValidatedConfig, int] | None = None,
-               on_sigterm: StopOnSigterm | None = None) -> dict[str, Any]:
+               on_signal: StopOnSignal | None = None) -> dict[str, Any]:
     """Train, evaluate and write the run's outputs; returns the evaluation summary (with
     several seeds: ``{"seeds": [...], "members": {seed: summary}}``).
 
@@ -155,11 +166,11 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
         folder_state(cfg, run_dir, output_key())  # refuses a folder of another config's run
     # One process writes into a run folder at a time (released however this one ends).
     with RunFolderLock(run_dir, output_key()):
-        return _run_locked(cfg, run_dir, *checked, on_sigterm)
+        return _run_locked(cfg, run_dir, *checked, on_signal)
 
 
 def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, start_step: int,
-                on_sigterm: StopOnSigterm | None) -> dict[str, Any]:
+                on_signal: StopOnSignal | None) -> dict[str, Any]:
     train = run_config.train
     run_dir.mkdir(parents=True, exist_ok=True)
     # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
@@ -205,14 +216,14 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
         if train.callbacks.progress_bar:
             callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
         trainer = make_trainer(train, run_dir, callbacks)
-        if on_sigterm is not None:
-            on_sigterm.fitting = True
+        if on_signal is not None:
+            on_signal.fitting = True
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path,
                         weights_only=True)
         finally:
-            if on_sigterm is not None:
-                on_sigterm.fitting = False
+            if on_signal is not None:
+                on_signal.fitting = False
         trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
         if trainer.received_sigterm:  # came after the last update's check: stop here
             raise SIGTERMException()
