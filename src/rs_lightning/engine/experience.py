@@ -74,10 +74,7 @@ class Collector:
                  updates_per_step: Fraction = Fraction(1), batch_size: int = 32,
                  warmup_steps: int = 0) -> None:
         self.rollout = rollout
-        self.copies = rollout.copies
         self.replay = replay
-        self.members = rollout.members
-        self.copies_per_member = rollout.copies_per_member
         self.gamma = gamma
         self.n_step = n_step
         self.window = None if n_step == 1 else NStepReturns(
@@ -92,6 +89,18 @@ class Collector:
         self.episode_returns = np.zeros(len(self.copies))
         self.ended_returns: list[list[float]] = [[] for _ in range(self.members)]
         self.ended_outcomes: list[list[float]] = [[] for _ in range(self.members)]
+
+    @property
+    def copies(self):
+        return self.rollout.copies
+
+    @property
+    def members(self) -> int:
+        return self.rollout.members
+
+    @property
+    def copies_per_member(self) -> int:
+        return self.rollout.copies_per_member
 
     @property
     def episode_state(self):
