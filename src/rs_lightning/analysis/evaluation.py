@@ -37,8 +37,8 @@ from rs_lightning.files import write_json_atomic
 from rs_lightning.objectives.per_decision import PerDecision
 from rs_lightning.references.ground_truth import (
     BatchPolicy,
-    ExactReferences,
     exact_policy_metrics,
+    exact_references,
     greedy_cells,
 )
 from rs_lightning.risk import (
@@ -298,7 +298,7 @@ def evaluate_run(module, run_config, run_dir: Path, steps: int, env_steps: int,
         batch_envs=train.evaluation.batch_envs,
         progress=train.callbacks.progress_bar,
     )
-    summary.update(module.objective.exact_summary(ExactReferences(train.env, train.rho),
+    summary.update(module.objective.exact_summary(exact_references(train.env, train.rho),
                                                   module.greedy, summary))
     summary.update(
         agent=run_config.agent.name, env=train.env.id, seed=train.seed, steps=steps,

@@ -46,23 +46,29 @@ from rs_lightning.references.exact import (
     _resolve_env,
     exact_return,
 )
+from rs_lightning.references.policy_iteration import (
+    CYCLE,
+    MAX_ITERATIONS,
+    Iteration,
+    PolicyKey,  # the action of every cell, in the order of CELLS
+    SwitchPoint,
+    greedy,
+    iterate,
+    path_switch_points,
+    settled_path,
+)
 from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_cdf
 
 Env = Union[str, type[GridWorld], GridWorld]
 # Model settings that decide the laws, hashable for the caches: (class, max_steps, trap_terminal).
 _ModelKey = tuple[type, int, Optional[bool]]
-PolicyKey = tuple[int, ...]  # the action of every cell, in the order of CELLS
 
 N_ACTIONS = len(ACTION_NAMES)
 PATH_NAMES: dict[int, str] = {+1: "green", -1: "orange", 0: "neither"}  # by R_s
-# The path of a per-decision policy iteration that cycles between policies of different paths.
-CYCLE = "cycle"
 # The alpha grid of sweeps: 0 to 1 in steps of 0.001.
 ALPHA_GRID: tuple[float, ...] = tuple(np.round(np.linspace(0.0, 1.0, 1001), 3).tolist())
 # Utilities closer than this are ties: VaR is found by bisection to about 1e-15.
 _TIE = 1e-12
-# Policy iteration gives up after this many improvement steps (it settles in 1 to 6 here).
-MAX_ITERATIONS = 100
 
 # --------------------------------------------------------------------------- utility of a law
 
@@ -222,18 +228,6 @@ def _action_statistics(
     return ActionStatistics(expectation, risk, dict(start_law.risk_outcome_probs))
 
 
-def _greedy_key(stats: ActionStatistics, utility: Utility, current: PolicyKey) -> PolicyKey:
-    """argmax_a U[Z^pi(s, a)] in every cell; a tie keeps the current action (so that policy
-    iteration cannot cycle between equally good policies), else the lowest action."""
-    values = combine_utility(utility.alpha, stats.expectation, stats.risk)
-    best = values.max(axis=1)
-    chosen = []
-    for index, action in enumerate(current):
-        ties = np.flatnonzero(values[index] >= best[index] - _TIE)
-        chosen.append(action if action in ties else int(ties[0]))
-    return tuple(chosen)
-
-
 def improve(
     env: Env,
     policy: Mapping[Cell, int],
@@ -243,51 +237,37 @@ def improve(
 ) -> dict[Cell, int]:
     """One step of utility-greedy policy improvement: pi'(s) = argmax_a U[Z^pi(s, a)]
     (paper, ``EquationRiskSensitivePolicy``) in every cell; ties keep pi(s)."""
-    model_key = _model_key(env)
     key = policy_key(policy)
-    stats = _action_statistics(model_key, key, float(gamma), _risk_key(utility))
-    return policy_of(_greedy_key(stats, utility, key))
+    return policy_of(greedy(_action_values(_model_key(env), float(gamma), utility)(key), key,
+                            _TIE))
 
 
-def _iterate(
-    model_key: _ModelKey, utility: Utility, gamma: float, initial: PolicyKey, max_iterations: int
-) -> tuple[PolicyKey, int, tuple[PolicyKey, ...]]:
-    """Policy iteration from ``initial``: (final policy, improvement steps, cycle). The
-    cycle is empty at a fixed point; else it lists the policies that repeat, in order, and
-    the final policy is the first of them."""
+def _action_values(model_key: _ModelKey, gamma: float, utility: Utility
+                   ) -> Callable[[PolicyKey], np.ndarray]:
+    """pi -> U[Z^pi(s, a)] for every cell and action, from the cached E and R."""
     risk_key = _risk_key(utility)
-    seen: dict[PolicyKey, int] = {}
-    history: list[PolicyKey] = []
-    key = initial
-    for step in range(max_iterations + 1):
-        seen[key] = step
-        history.append(key)
+
+    def values(key: PolicyKey) -> np.ndarray:
         stats = _action_statistics(model_key, key, gamma, risk_key)
-        new = _greedy_key(stats, utility, key)
-        if new == key:
-            return key, step, ()
-        if new in seen:
-            cycle = tuple(history[seen[new]:])
-            return new, step + 1, cycle
-        key = new
-    raise RuntimeError(f"policy iteration neither converged nor cycled in {max_iterations} steps")
+        return combine_utility(utility.alpha, stats.expectation, stats.risk)
+
+    return values
+
+
+def _iterate(model_key: _ModelKey, utility: Utility, gamma: float, initial: PolicyKey,
+             max_iterations: int = MAX_ITERATIONS) -> tuple[Iteration, str]:
+    """Policy iteration on the exact laws, and the path from the start where it settled."""
+    iteration = iterate(_action_values(model_key, gamma, utility), initial, tie=_TIE,
+                        max_iterations=max_iterations)
+    risk_key = _risk_key(utility)
+    path = settled_path(iteration, lambda key: path_of(
+        _action_statistics(model_key, key, gamma, risk_key).start_outcomes))
+    return iteration, path
 
 
 def _initial_key(initial_policy: Optional[Mapping[Cell, int]]) -> PolicyKey:
     """Policy iteration starts from ``initial_policy``, by default RIGHT everywhere."""
     return policy_key(initial_policy) if initial_policy else (RIGHT,) * len(CELLS)
-
-
-def _settled_path(
-    model_key: _ModelKey, gamma: float, risk_key: tuple, key: PolicyKey, cycle: tuple
-) -> str:
-    """The path from the start where policy iteration settled: the fixed point's, or the
-    one the policies of a cycle share, else CYCLE."""
-    paths = {
-        path_of(_action_statistics(model_key, k, gamma, risk_key).start_outcomes)
-        for k in (cycle or (key,))
-    }
-    return paths.pop() if len(paths) == 1 else CYCLE
 
 
 @dataclass(frozen=True)
@@ -330,62 +310,24 @@ def per_decision_fixed_point(
     are given for the undiscounted score S and for the discounted return.
     """
     model_key = _model_key(env)
-    key, iterations, cycle = _iterate(
-        model_key, utility, float(gamma), _initial_key(initial_policy), max_iterations)
-    policy = policy_of(key)
+    iteration, path = _iterate(model_key, utility, float(gamma), _initial_key(initial_policy),
+                               max_iterations)
+    policy = policy_of(iteration.policy)
     model = _model(model_key)
     reports = [
         episode_report(exact_return(model, policy, gamma=g), utility, rho) for g in (1.0, gamma)
     ]
     return PerDecisionFixedPoint(
         policy=policy,
-        path=_settled_path(model_key, float(gamma), _risk_key(utility), key, cycle),
-        iterations=iterations,
-        cycle=tuple(policy_of(k) for k in cycle),
+        path=path,
+        iterations=iteration.steps,
+        cycle=tuple(policy_of(k) for k in iteration.cycle),
         undiscounted=reports[0],
         discounted=reports[1],
     )
 
 
 # --------------------------------------------------------------------------- switch points
-
-
-@dataclass(frozen=True)
-class SwitchPoint:
-    """The chosen path changes from ``path_below`` to ``path_above`` between ``alpha_below``
-    and ``alpha_above`` (at most the bisection tolerance apart)."""
-
-    alpha_below: float
-    alpha_above: float
-    path_below: str
-    path_above: str
-
-    @property
-    def alpha(self) -> float:
-        return 0.5 * (self.alpha_below + self.alpha_above)
-
-
-def path_switch_points(
-    path_at: Callable[[float], str],
-    alphas: Sequence[float] = ALPHA_GRID,
-    tolerance: float = 1e-4,
-) -> list[SwitchPoint]:
-    """Every alpha at which ``path_at(alpha)`` changes along the sorted grid ``alphas``,
-    located by bisection to ``tolerance``. Changes closer together than the grid step may
-    be missed (two in one step cancel out)."""
-    paths = [path_at(a) for a in alphas]
-    points = []
-    for (lo, path_lo), (hi, path_hi) in zip(zip(alphas, paths), zip(alphas[1:], paths[1:])):
-        if path_lo == path_hi:
-            continue
-        while hi - lo > tolerance:
-            mid = 0.5 * (lo + hi)
-            if path_at(mid) == path_lo:
-                lo = mid
-            else:
-                hi = mid
-        points.append(SwitchPoint(lo, hi, path_lo, path_hi))
-    return points
 
 
 def per_decision_switch_points(
@@ -407,12 +349,11 @@ def per_decision_switch_points(
     and with CVaR_0.1 near alpha 0.8 it cycles between a green and an orange policy
     (path CYCLE). Sweeps from several initial policies bracket such regions."""
     model_key = _model_key(env)
-    initial, risk_key = _initial_key(initial_policy), _risk_key(utility)
+    initial = _initial_key(initial_policy)
 
     def path_at(alpha: float) -> str:
-        key, _, cycle = _iterate(model_key, dataclasses.replace(utility, alpha=alpha),
-                                 float(gamma), initial, MAX_ITERATIONS)
-        return _settled_path(model_key, float(gamma), risk_key, key, cycle)
+        return _iterate(model_key, dataclasses.replace(utility, alpha=alpha), float(gamma),
+                        initial)[1]
 
     return path_switch_points(path_at, alphas, tolerance)
 

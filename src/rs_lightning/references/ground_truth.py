@@ -1,20 +1,21 @@
-"""Ground truth on the grid worlds: the exact law behind a learned policy and distribution.
+"""Ground truth: what a learned policy and distribution attain against the exact references.
 
-On the paper's grid worlds the return of any fixed policy is an exact Gaussian mixture
-(:mod:`rs_lightning.references.exact`). This module applies it to what a run learned:
+:func:`exact_references` gives one object per environment setting with one API, whatever
+the world: a paper grid world (Gaussian-mixture laws, :class:`GridWorldReferences`), a small
+tabular gymnasium environment (atom-grid laws, :class:`TabularReferences`), or none. Both
+kinds run the same policy iteration (:mod:`~rs_lightning.references.policy_iteration`) and
+give the same keys:
 
-- :func:`exact_policy_metrics`: the exact E, VaR, CVaR, U and R_s of the greedy policy's
-  undiscounted episode score S (``eval.json`` carries them beside the Monte Carlo figures);
-- :func:`objective_references`: what the policy attains on the two objectives an agent can
+- ``policy_metrics``: the exact E, VaR, CVaR, U and R_s of the greedy policy's undiscounted
+  episode score S (grid worlds; ``eval.json`` carries them beside the Monte Carlo figures);
+- ``objective_references``: what the policy attains on the two objectives an agent can
   optimise, exactly: the per-decision fixed point of the paper's method, and the static
   utility U[sum_t gamma^t r_t] of the whole episode, the policy's and the best one's;
-- :func:`exact_action_laws`: the exact law of the discounted return Z(s, a) of every first
-  action ``a`` followed by the greedy policy, the law the agent's Z(s, a) should converge to;
-- :func:`distribution_distances`: the Wasserstein-1 distance between learned and exact
-  Z(s, a), a metric of how well the distribution is learned, logged during training.
+- ``static_references``: the part of those that needs no learned policy.
 
-Everything here returns ``None`` for environments that are not grid worlds (except
-:func:`objective_references`, which also covers small tabular environments).
+Beside them, on the grid worlds: :func:`exact_action_laws`, the exact law of Z(s, a) of
+every first action followed by the greedy policy, and :func:`distribution_distances`, the
+Wasserstein-1 distance between learned and exact Z(s, a), logged during training.
 """
 
 from __future__ import annotations
@@ -47,22 +48,122 @@ BatchPolicy = Callable[[torch.Tensor], torch.Tensor]
 
 
 class ExactReferences:
-    """The exact figures of one environment and risk level, as an objective asks for them
-    (:meth:`rs_lightning.objectives.Objective.exact_summary`): each method gives ``{}``
-    where this environment has none."""
+    """The exact figures of one environment setting and risk level, as an objective asks
+    for them (:meth:`rs_lightning.objectives.Objective.exact_summary`). This base is the
+    world without references: every method gives ``{}``. :func:`exact_references` picks the
+    world's kind; both kinds give the same keys (:func:`objective_references`)."""
 
     def __init__(self, env_config, rho: float) -> None:
         self.env_config = env_config
         self.rho = rho
+        self.gamma = float(env_config.gamma)
 
     def policy_metrics(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
-        return exact_policy_metrics(greedy, self.env_config, utility, self.rho) or {}
+        """E, VaR, CVaR, U and the risk outcome of the greedy policy's undiscounted score."""
+        return {}
 
     def objective_references(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
-        return objective_references(greedy, self.env_config, utility) or {}
+        """The greedy policy's static utility against the optimum and the per-decision
+        fixed point: :func:`objective_references`."""
+        return {}
 
     def static_references(self, utility: Utility) -> dict[str, Any]:
-        return static_references(self.env_config, utility) or {}
+        """The references that need no learned policy: :func:`static_references`."""
+        return {}
+
+
+class GridWorldReferences(ExactReferences):
+    """The paper's grid worlds: every fixed policy's return is an exact Gaussian mixture
+    (:mod:`~rs_lightning.references.exact`), the fixed point comes from policy iteration on
+    those laws and the static optimum from a search over every cell-Markov behaviour
+    (:mod:`~rs_lightning.references.exact_policies`)."""
+
+    def __init__(self, env_config, rho: float) -> None:
+        super().__init__(env_config, rho)
+        flags = _env_flags(env_config)
+        self.world = _resolve_env(env_config.id, flags["max_steps"], flags["trap_terminal"])
+
+    def cells(self, greedy: BatchPolicy) -> dict[Cell, int]:
+        return greedy_cells(greedy, self.env_config.grid_size)
+
+    def policy_metrics(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
+        law = exact_return(self.world, self.cells(greedy), gamma=1.0)
+        mixture = law.mixture
+        metrics = {
+            "exact_expectation": mixture.mean(),
+            "exact_var": mixture.value_at_risk(self.rho),
+            "exact_cvar": mixture.conditional_value_at_risk(self.rho),
+            "exact_utility": exact_utility(mixture, utility),
+            "exact_risk_outcome": law.expected_risk_outcome,
+        }
+        for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
+            metrics[f"exact_risk_outcome_{name}"] = float(law.risk_outcome_probs[value])
+        return metrics
+
+    def objective_references(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
+        own = static_utility(self.world, self.cells(greedy), utility, gamma=self.gamma)
+        return _against_references(own, self.static_references(utility))
+
+    def static_references(self, utility: Utility) -> dict[str, Any]:
+        # The search over every behaviour needs R in closed form on a mixture: through a
+        # fine CDF grid it takes minutes on the risky grid world.
+        if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
+            return {}
+        best = static_optimum(self.world, utility, gamma=self.gamma)
+        fixed_point = per_decision_fixed_point(self.world, utility, gamma=self.gamma)
+        return {"static_optimum": best.utility, "static_optimum_path": best.path,
+                "per_decision_path": fixed_point.path,
+                "per_decision_static_utility": fixed_point.discounted.utility}
+
+    def action_laws(self, greedy: BatchPolicy, n_actions: int, cell: Cell = START
+                    ) -> list[GaussianMixture]:
+        """The exact law of the discounted return Z(cell, a) of every first action ``a``
+        followed by the greedy policy."""
+        cells = self.cells(greedy)
+        return [exact_return(self.world, cells, gamma=self.gamma, start=tuple(cell),
+                             first_action=a).mixture for a in range(n_actions)]
+
+
+class TabularReferences(ExactReferences):
+    """A small tabular gymnasium environment (Discrete spaces, a published model
+    ``unwrapped.P``, at most ``tabular_references.MAX_STATES`` states; gamma < 1, as the
+    learner's laws bootstrap through the time limit): laws on a grid of atoms, the fixed
+    point by the same policy iteration, the static optimum by dynamic programming on the
+    augmented state (:mod:`~rs_lightning.references.tabular_references`), in the
+    environment's reward units. ``per_decision_path`` is the fixed point's nominal path
+    (the states it visits when no move slips, ``row,column`` on grid-shaped maps)."""
+
+    def __init__(self, env_config, rho: float, model: tabular_references.TabularModel) -> None:
+        super().__init__(env_config, rho)
+        self.model = model
+
+    def objective_references(self, greedy: BatchPolicy, utility: Utility) -> dict[str, Any]:
+        # Observations are one-hot encoded (envs/gym_support.py): row s is state s.
+        states = torch.eye(self.model.n_states, dtype=torch.float32)
+        actions = greedy(states).cpu().numpy().astype(np.int64)
+        return tabular_references.references(self.model, actions, utility, self.gamma)
+
+    def static_references(self, utility: Utility) -> dict[str, Any]:
+        return tabular_references.policy_free_references(self.model, utility, self.gamma)
+
+
+def exact_references(env_config, rho: float) -> ExactReferences:
+    """The exact references of a run's environment: a grid world's, a small tabular
+    environment's, or none (every method ``{}``). The one place that tells them apart."""
+    if env_config.grid_size:
+        return GridWorldReferences(env_config, rho)
+    model = _tabular_model(env_config)
+    if model is not None:
+        return TabularReferences(env_config, rho, model)
+    return ExactReferences(env_config, rho)
+
+
+def _against_references(own: float, references: dict[str, Any]) -> dict[str, Any]:
+    """A policy's static utility beside the policy-free references, with its gap."""
+    out: dict[str, Any] = {"exact_static_utility": own, **references}
+    if "static_optimum" in references:
+        out["static_gap"] = max(references["static_optimum"] - own, 0.0)
+    return out
 
 
 def greedy_cells(policy: BatchPolicy, size: int) -> dict[Cell, int]:
@@ -82,75 +183,39 @@ def exact_policy_metrics(
 ) -> Optional[dict[str, float]]:
     """Exact E, VaR_rho, CVaR_rho, U and E[R_s] of the greedy policy's score S (keys
     ``exact_*``), or None off the grid worlds."""
-    if not env_config.grid_size:
-        return None
-    cells = greedy_cells(policy, env_config.grid_size)
-    law = exact_return(env_config.id, cells, gamma=1.0, **_env_flags(env_config))
-    mixture = law.mixture
-    metrics = {
-        "exact_expectation": mixture.mean(),
-        "exact_var": mixture.value_at_risk(rho),
-        "exact_cvar": mixture.conditional_value_at_risk(rho),
-        "exact_utility": exact_utility(mixture, utility),
-        "exact_risk_outcome": law.expected_risk_outcome,
-    }
-    for value, name in ((1, "green"), (-1, "orange"), (0, "neither")):
-        metrics[f"exact_risk_outcome_{name}"] = float(law.risk_outcome_probs[value])
-    return metrics
+    return exact_references(env_config, rho).policy_metrics(policy, utility) or None
 
 
 def objective_references(
     policy: BatchPolicy, env_config, utility: Utility
 ) -> Optional[dict[str, Any]]:
-    """The exact references of the two objectives on a grid world, or None elsewhere.
+    """The exact references of the two objectives, or None where the world has none.
 
     The static objective is U[sum_t gamma^t r_t] of the whole episode from the start, with
     the run's discount gamma (what ``objective=static`` optimises); the per-decision one is
     the paper's criterion, whose policy is the fixed point of utility-greedy policy iteration
-    on the exact laws (:func:`~rs_lightning.references.exact_policies.per_decision_fixed_point`).
+    on the exact laws (:mod:`~rs_lightning.references.policy_iteration`).
 
     - ``exact_static_utility``: the greedy policy's static utility;
-    - ``static_optimum`` / ``static_optimum_path``: the best static utility over
-      deterministic cell-Markov policies, and the path of that policy;
+    - ``static_optimum``: the best static utility (grid worlds: over deterministic
+      cell-Markov policies, with ``static_optimum_path`` the path of that policy; tabular
+      worlds: over policies of the state, step and return so far, with E, VaR and CVaR;
+      with VaR a lower bound, and ``static_optimum_upper`` / ``static_gap_upper`` above);
     - ``static_gap``: ``static_optimum - exact_static_utility`` (>= 0);
     - ``per_decision_path`` / ``per_decision_static_utility``: the path the per-decision
       fixed point takes from the start, and its static utility.
 
-    The static optimum searches every behaviour (58 to 601 policies a world); with a risk
-    measure that has no closed form on a Gaussian mixture (var and cvar have) that search
-    goes through a fine CDF grid and takes minutes on the risky grid world, so only the
-    policy's own static utility is given then.
+    On the grid worlds the static optimum searches every behaviour (58 to 601 policies a
+    world); with a risk measure that has no closed form on a Gaussian mixture (var and
+    cvar have) only the policy's own static utility is given.
     """
-    if not env_config.grid_size:
-        return tabular_objective_references(policy, env_config, utility)
-    cells = greedy_cells(policy, env_config.grid_size)
-    model = _grid_world(env_config)
-    gamma = float(env_config.gamma)
-    own = static_utility(model, cells, utility, gamma=gamma)
-    references: dict[str, Any] = {"exact_static_utility": own}
-    others = static_references(env_config, utility)
-    if not others:
-        return references
-    references.update(others, static_gap=max(others["static_optimum"] - own, 0.0))
-    return references
+    return exact_references(env_config, 0.1).objective_references(policy, utility) or None
 
 
-def tabular_objective_references(
-    policy: BatchPolicy, env_config, utility: Utility
-) -> Optional[dict[str, Any]]:
-    """The grid worlds' keys on a small tabular gymnasium environment (Discrete spaces, a
-    published model ``unwrapped.P``, at most ``tabular_references.MAX_STATES`` states), in
-    the environment's reward units; None for any other environment.
-    ``per_decision_path`` is the nominal path of the per-decision fixed point (the states
-    it visits when no move slips, ``row,column`` on grid-shaped maps). Needs gamma < 1 (the
-    learner's laws bootstrap through the time limit)."""
-    model = _tabular_model(env_config)
-    if model is None:
-        return None
-    # Observations are one-hot encoded (envs/gym_support.py): row s is state s.
-    states = torch.eye(model.n_states, dtype=torch.float32)
-    actions = policy(states).cpu().numpy().astype(np.int64)
-    return tabular_references.references(model, actions, utility, float(env_config.gamma))
+def static_references(env_config, utility: Utility) -> Optional[dict[str, Any]]:
+    """The references of :func:`objective_references` that depend on no learned policy,
+    or None where the world or the measure has none."""
+    return exact_references(env_config, 0.1).static_references(utility) or None
 
 
 # The tabular model of each environment setting, made once a process (None: not tabular).
@@ -177,49 +242,15 @@ def _tabular_model(env_config) -> Optional[tabular_references.TabularModel]:
     return _TABULAR_MODELS[key]
 
 
-def static_references(env_config, utility: Utility) -> Optional[dict[str, Any]]:
-    """The references of :func:`objective_references` that depend on no learned policy
-    (``static_optimum``, ``static_optimum_path``, ``per_decision_path``,
-    ``per_decision_static_utility``; on a small tabular environment those of
-    ``tabular_references.policy_free_references``), or None elsewhere and for a measure
-    without a closed form on a Gaussian mixture."""
-    if not env_config.grid_size:
-        if (model := _tabular_model(env_config)) is None:
-            return None
-        return tabular_references.policy_free_references(model, utility,
-                                                         float(env_config.gamma)) or None
-    if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:
-        return None
-    model = _grid_world(env_config)
-    gamma = float(env_config.gamma)
-    best = static_optimum(model, utility, gamma=gamma)
-    fixed_point = per_decision_fixed_point(model, utility, gamma=gamma)
-    return {"static_optimum": best.utility, "static_optimum_path": best.path,
-            "per_decision_path": fixed_point.path,
-            "per_decision_static_utility": fixed_point.discounted.utility}
-
-
-def _grid_world(env_config):
-    """The grid world of a run's environment config, with its time limit and trap flag."""
-    flags = _env_flags(env_config)
-    return _resolve_env(env_config.id, flags["max_steps"], flags["trap_terminal"])
-
-
 def exact_action_laws(
     policy: BatchPolicy, env_config, n_actions: int, cell: Cell = START
 ) -> Optional[list[GaussianMixture]]:
     """The exact law of the discounted return Z(cell, a) for every action ``a`` followed by
     the greedy ``policy``, or None off the grid worlds."""
-    if not env_config.grid_size:
+    references = exact_references(env_config, 0.1)
+    if not isinstance(references, GridWorldReferences):
         return None
-    cells = greedy_cells(policy, env_config.grid_size)
-    return [
-        exact_return(
-            env_config.id, cells, gamma=env_config.gamma, start=tuple(cell), first_action=a,
-            **_env_flags(env_config),
-        ).mixture
-        for a in range(n_actions)
-    ]
+    return references.action_laws(policy, n_actions, cell)
 
 
 def cdf_on(dist: ReturnDistribution, z: np.ndarray) -> np.ndarray:

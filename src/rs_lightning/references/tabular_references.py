@@ -78,6 +78,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from rs_lightning.references.policy_iteration import (
+    CYCLE,
+    MAX_ITERATIONS,
+    iterate,
+    settled_path,
+)
 from rs_lightning.risk import ReturnDistribution, Utility
 
 # Environments with more states than this get no references: the laws cost states x atoms
@@ -100,8 +106,6 @@ TOLERANCE = 1e-8
 MAX_SWEEPS = 3000
 # Utilities closer than this are ties (kept as the current action in policy iteration).
 _TIE = 1e-9
-MAX_ITERATIONS = 100
-CYCLE = "cycle"
 
 
 @dataclass(frozen=True, eq=False)
@@ -441,14 +445,6 @@ def describe_path(model: TabularModel, path: list[int]) -> str:
     return " ".join(f"{s // model.shape[1]},{s % model.shape[1]}" for s in path)
 
 
-def _greedy(values: np.ndarray, current: np.ndarray) -> np.ndarray:
-    """argmax_a per state; a tie keeps the current action, else the lowest."""
-    best = values.max(1, keepdims=True)
-    ties = values >= best - _TIE
-    keep = ties[np.arange(len(current)), current]
-    return np.where(keep, current, ties.argmax(1))
-
-
 def action_utilities(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float,
                      grid: ReturnGrid | None = None) -> np.ndarray:
     """U[Z^pi(s, a)] for every state and action -> ``[S, A]``."""
@@ -495,31 +491,16 @@ def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float
     policies is reported (U is not additive over steps, so nothing guarantees a fixed
     point)."""
     grid = grid or model_grid(model, gamma)
-    policy = (expectation_optimal_policy(model, gamma) if initial is None
-              else np.asarray(initial, dtype=np.int64))
-    seen: dict[tuple[int, ...], int] = {}
-    history: list[tuple[int, ...]] = []
-    cycle: tuple[tuple[int, ...], ...] = ()
-    for step in range(max_iterations + 1):
-        key = tuple(int(a) for a in policy)
-        seen[key] = step
-        history.append(key)
-        new = _greedy(action_utilities(model, policy, utility, gamma, grid), policy)
-        new_key = tuple(int(a) for a in new)
-        if new_key == key:
-            break
-        if new_key in seen:
-            cycle = tuple(history[seen[new_key]:])
-            policy = new
-            break
-        policy = new
-    else:
-        raise RuntimeError(f"policy iteration neither converged nor cycled in {max_iterations}")
-    paths = {describe_path(model, nominal_path(model, np.array(k))) for k in (cycle or (key,))}
-    final = np.asarray(cycle[0] if cycle else key)
+    start = (expectation_optimal_policy(model, gamma) if initial is None
+             else np.asarray(initial, dtype=np.int64))
+    iteration = iterate(
+        lambda key: action_utilities(model, np.asarray(key), utility, gamma, grid), start,
+        tie=_TIE, max_iterations=max_iterations)
+    final = np.asarray(iteration.policy)
     return PerDecisionFixedPoint(
-        policy=tuple(int(a) for a in final), iterations=step, cycle=cycle,
-        path=paths.pop() if len(paths) == 1 else CYCLE,
+        policy=iteration.policy, iterations=iteration.steps, cycle=iteration.cycle,
+        path=settled_path(iteration,
+                          lambda key: describe_path(model, nominal_path(model, np.array(key)))),
         static_utility=static_utility(model, final, utility, gamma, grid),
     )
 
