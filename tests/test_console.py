@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,13 @@ def test_the_readme_names_load_the_same_modules():
     import rs_lightning.analysis.evaluation as moved
 
     assert named is moved and named.__spec__.name == "rs_lightning.analysis.evaluation"
+
+
+def test_command_lines_live_in_the_application_layer():
+    # The analysis computes; parsing arguments and printing for a shell is the app's.
+    import rs_lightning.analysis
+
+    analysis = Path(rs_lightning.analysis.__file__).parent
+    for path in sorted(analysis.glob("*.py")):
+        text = path.read_text()
+        assert "import argparse" not in text and "def main(" not in text, path.name

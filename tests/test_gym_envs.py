@@ -451,7 +451,7 @@ def test_result_tools_pure_functions():
 
 
 def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
-    from rs_lightning.analysis.gym_results import main
+    from rs_lightning.app.commands.gym_results import main
 
     for name, clock in (("timed", ', "train_seconds": 61.5'), ("old", "")):
         (tmp_path / name).mkdir()
@@ -466,7 +466,8 @@ def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
 
 
 def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
-    from rs_lightning.analysis.gym_results import greedy_visits, heatmap_panel, main
+    from rs_lightning.analysis.gym_results import greedy_visits, heatmap_panel
+    from rs_lightning.app.commands.gym_results import main
 
     run_dir = tmp_path / "stacked"
     run(compose(["env=cliff_walking", "agent=dqn", "parallel_seeds=2", "debug=quick",

@@ -13,7 +13,8 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from rs_lightning.analysis.report import STUDY_TABLE_KEY, main, wandb_report
+from rs_lightning.analysis.report import STUDY_TABLE_KEY, wandb_report
+from rs_lightning.app.commands.report import main
 from rs_lightning.analysis.study import run_objective
 from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError

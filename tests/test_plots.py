@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from rs_lightning.analysis.plots import main, plot_return_distributions
+from rs_lightning.analysis.plots import plot_return_distributions
+from rs_lightning.app.commands.plots import main
 from rs_lightning.analysis.runs import load_run
 from rs_lightning.app.train import run
 
@@ -72,7 +73,7 @@ def test_learning_curves_of_a_sweep(quick_run, tmp_path, capsys):
 
 
 def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):
-    from rs_lightning.analysis.evaluation import main as evaluate_main
+    from rs_lightning.app.commands.evaluation import main as evaluate_main
 
     written = (quick_run / "eval.json").read_text()
     assert evaluate_main([str(quick_run)]) == 0

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rs_lightning.analysis.results import collect, main, summarize, write_results
+from rs_lightning.analysis.results import collect, summarize, write_results
+from rs_lightning.app.commands.results import main
 from rs_lightning.analysis.stats import (
     NUMPY_METHOD,
     RLIABLE_METHOD,
@@ -198,7 +199,7 @@ def test_agent_specific_keys_are_told_by_the_agent_name(tmp_path):
 
 
 def test_the_alpha_tradeoff_refuses_runs_that_differ_in_more_than_alpha(tmp_path, capsys):
-    from rs_lightning.analysis.gym_results import main as gym_results
+    from rs_lightning.app.commands.gym_results import main as gym_results
 
     run_folder(tmp_path / "0_learning.lr=0.0001", lr=1e-4)
     run_folder(tmp_path / "1_learning.lr=0.01", lr=1e-2)

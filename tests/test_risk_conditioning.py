@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.analysis.report import main as report
+from rs_lightning.app.commands.report import main as report
 from rs_lightning.analysis.runs import load_run
 from rs_lightning.app.train import run
 from rs_lightning.risk import (
@@ -218,7 +218,7 @@ def test_the_default_run_is_unchanged_by_the_conditioning_keys(compose, tmp_path
 
 
 def test_frontier_and_evaluation_at_a_setting_write_their_files(compose, tmp_path):
-    from rs_lightning.analysis import evaluation, frontier
+    from rs_lightning.app.commands import evaluation, frontier
 
     run(conditioned(compose, "agent=c51", "parallel_seeds=2", "trainer.max_steps=60",
                     "env=risky_grid_world"), run_dir=tmp_path / "run")

@@ -65,7 +65,7 @@ def test_the_policy_command_writes_policy_png(tmp_path):
     run.mkdir()
     (run / "policy.json").write_text(json.dumps({f"{x},{y}": 1 for x in range(3) for y in range(3)}))
     (run / "config.yaml").write_text("env:\n  id: rs_lightning/RiskyGridWorld-v0\n")
-    from rs_lightning.analysis.plots import main
+    from rs_lightning.app.commands.plots import main
 
     assert main(["policy", str(run)]) == 0
     assert (run / "policy.png").read_bytes()[:4] == b"\x89PNG"

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 import rs_lightning.analysis.report as report_module
+import rs_lightning.app.commands.report as report_command
 from rs_lightning.analysis.report import (
     SweepReport,
     build_report,
-    main,
     report_run_id,
     training_run_folders,
 )
+from rs_lightning.app.commands.report import main
 from rs_lightning.app.run_names import resume_marker, wandb_run_names
 from tests.conftest import ROOT
 from tests.wandb_files import run_record
@@ -107,7 +108,7 @@ class FakeServer:
 @pytest.fixture
 def server(monkeypatch):
     fake = FakeServer()
-    monkeypatch.setattr(report_module, "wandb_online_problem", lambda timeout: None)
+    monkeypatch.setattr(report_command, "wandb_online_problem", lambda timeout: None)
     monkeypatch.setattr(report_module, "run_wandb_sync", fake.sync)
     monkeypatch.setattr(report_module, "save_wandb_report", fake.save)
     return fake

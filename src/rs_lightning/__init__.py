@@ -15,8 +15,9 @@ import sys
 __version__ = "0.1.0"
 
 # `python -m rs_lightning.<tool>`, as the README's commands run the tools, keeps working now
-# that they live in the analysis package: the old name loads the moved module (the same
-# module object for an import). The one place of this compatibility.
+# that they live in packages: the old name runs the tool's command line
+# (rs_lightning.app.commands.<tool>) and imports what it computes (the same module object as
+# rs_lightning.analysis.<tool>). The one place of this compatibility.
 MOVED_TOOLS = {
     f"rs_lightning.{name}": f"rs_lightning.analysis.{name}"
     for name in ("evaluation", "frontier", "results", "report", "plots", "gym_results")
@@ -39,7 +40,7 @@ class MovedTools(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self.own_spec
 
     def get_code(self, fullname):  # what `python -m` runs
-        moved = importlib.util.find_spec(MOVED_TOOLS[fullname])
+        moved = importlib.util.find_spec(fullname.replace("rs_lightning.", "rs_lightning.app.commands."))
         return moved.loader.get_code(moved.name)
 
 

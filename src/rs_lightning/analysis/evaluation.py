@@ -21,7 +21,6 @@ law with it (README, "Risk-conditioned agents").
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rs_lightning.analysis.runs import load_run
 from rs_lightning.engine.rollout import Rollout, act_on_distinct
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
@@ -357,40 +355,3 @@ def parse_setting(items: list[str]) -> dict[str, float]:
         except ValueError:
             raise ValueError(f"{key}: must be a number, got {value!r}") from None
     return setting
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Re-evaluate finished runs from their last checkpoint.")
-    parser.add_argument("run_dirs", nargs="+",
-                        help="run folders, then optionally a setting: alpha=0.3 rho=0.05")
-    parser.add_argument("--episodes", type=int, help="Monte Carlo episodes (default: the run's config)")
-    args = parser.parse_args(argv)
-    try:
-        setting = parse_setting([a for a in args.run_dirs if "=" in a])
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    status = 0
-    for run_dir in (Path(a) for a in args.run_dirs if "=" not in a):
-        try:
-            run = load_run(run_dir)
-            if setting:
-                summary, path = evaluate_at_setting(run, setting, args.episodes)
-                print(f"{path}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
-                      f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}")
-                continue
-        except (FileNotFoundError, ValueError) as error:
-            print(f"error: {run_dir}: {error}", file=sys.stderr)
-            status = 2
-            continue
-        summary = evaluate_run(
-            run.module, run.run_config, run_dir, steps=run.steps, env_steps=run.env_steps,
-            episodes=args.episodes,
-        )
-        print(f"{run_dir}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
-              f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}")
-    return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

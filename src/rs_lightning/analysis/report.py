@@ -34,7 +34,6 @@ sweep (:func:`report_run_id`): a rerun replaces it instead of adding another.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import html
@@ -69,9 +68,7 @@ from rs_lightning.analysis.return_histograms import plot_return_histograms
 from rs_lightning.analysis.runs import load_run
 from rs_lightning.analysis.study import read_study
 from rs_lightning.analysis.wandb_support import (
-    ONLINE_INIT_TIMEOUT,
     init_wandb_run,
-    wandb_online_problem,
 )
 from rs_lightning.envs import GRID_WORLDS
 
@@ -473,55 +470,3 @@ def wandb_report(
 
 
 # ------------------------------------------------------------------------------- CLI
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path,
-                        help="a multirun folder holding one folder per job, or a run folder")
-    parser.add_argument("--out", type=Path, help="output folder (default: <sweep>/report)")
-    parser.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
-                        help="log the table and figures to a W&B summary run (default: offline)")
-    parser.add_argument("--wandb-report", action="store_true",
-                        help="online only: also create a W&B Report of the sweep")
-    parser.add_argument("--sync", action="store_true",
-                        help="upload the sweep's offline W&B training runs, then the report run, "
-                             "then create the W&B Report (needs a W&B login)")
-    args = parser.parse_args(argv)
-    if args.wandb_report and args.wandb != "online":
-        print("error: --wandb-report: needs --wandb online (a W&B Report lives on the server)",
-              file=sys.stderr)
-        return 2
-    if args.sync:
-        if args.wandb == "off" or args.wandb_report:
-            print("error: --sync: logs, uploads and creates the Report itself; leave out "
-                  "--wandb and --wandb-report", file=sys.stderr)
-            return 2
-        problem = wandb_online_problem(ONLINE_INIT_TIMEOUT)
-        if problem is not None:
-            print(f"error: --sync: {problem}", file=sys.stderr)
-            return 2
-    try:
-        report = build_report(args.sweep_dir, args.out)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(report.markdown)
-    for figure in report.figures:
-        print(f"figure: {figure.path}")
-    print(f"report: {report.html_path}")
-    if args.sync:
-        return sync_to_wandb(report)
-    if args.wandb != "off":
-        folder, logged = log_report_to_wandb(report, args.wandb)
-        print(f"W&B summary run ({logged}): {folder}")
-        if args.wandb_report and logged != "online":
-            print("warning: the W&B Report was not created: the summary run was logged "
-                  f"offline; `python -m rs_lightning.report {report.sweep_dir} --sync` uploads "
-                  "the runs and creates it", file=sys.stderr)
-            return 1
-    if args.wandb_report:
-        return create_wandb_report(report)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,6 @@ bootstrap confidence interval (:mod:`rs_lightning.analysis.stats`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -501,26 +500,3 @@ def write_results(sweep_dir: Path, *more: Path, out: Path | None = None) -> str:
     if not rows:
         raise FileNotFoundError(no_runs_message(sweep_dir, *more))
     return write_table(rows, Path(out or sweep_dir))[1]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dirs", type=Path, nargs="+",
-                        help="multirun folders holding one folder per job, or run folders")
-    parser.add_argument("--out", type=Path,
-                        help="folder for results.md / results.csv (needed for several sweeps)")
-    args = parser.parse_args(argv)
-    if len(args.sweep_dirs) > 1 and args.out is None:
-        print("error: --out: several sweeps pool into one table; name the folder to write it "
-              "into (e.g. --out outputs/tables/agents)", file=sys.stderr)
-        return 2
-    try:
-        print(write_results(*args.sweep_dirs, out=args.out))
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,8 +5,9 @@
     rs-lightning evaluate --help        # one tool's options
     rs-lightning results outputs/multirun/<sweep>
 
-Each tool is a module with a ``main(argv)``; ``python -m rs_lightning.<module>`` runs the
-same function.
+Each tool is a module of :mod:`rs_lightning.app.commands` with a ``main(argv)`` (the
+command line) over a module of :mod:`rs_lightning.analysis` of the same name (what it
+computes); ``python -m rs_lightning.<module>`` runs the same ``main``.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import sys
 
 # tool -> (the module whose main(argv) runs it, what it does)
 TOOLS = {
-    "evaluate": ("rs_lightning.analysis.evaluation",
+    "evaluate": ("rs_lightning.app.commands.evaluation",
                  "re-evaluate finished runs, or evaluate them at another alpha and rho"),
-    "frontier": ("rs_lightning.analysis.frontier",
+    "frontier": ("rs_lightning.app.commands.frontier",
                  "evaluate runs at a grid of alphas: the E-against-risk frontier"),
-    "results": ("rs_lightning.analysis.results",
+    "results": ("rs_lightning.app.commands.results",
                 "a sweep's results table beside the paper's numbers"),
-    "report": ("rs_lightning.analysis.report",
+    "report": ("rs_lightning.app.commands.report",
                "a sweep's report: table, figures, HTML page, W&B run and report"),
-    "plots": ("rs_lightning.analysis.plots",
+    "plots": ("rs_lightning.app.commands.plots",
               "figures: learned return distributions, learning curves, a grid policy"),
-    "gym-results": ("rs_lightning.analysis.gym_results",
+    "gym-results": ("rs_lightning.app.commands.gym_results",
                     "gymnasium results: time to a return, the alpha trade-off, visit maps"),
 }
 

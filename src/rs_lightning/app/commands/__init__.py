@@ -1,0 +1,1 @@
+"""The command lines of the tools that read runs, one module each (``rs-lightning TOOL``)."""
