@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -45,6 +46,7 @@ from rs_lightning.risk import (
     value_at_risk,
     wang,
 )
+from rs_lightning.risk.measures import MAX_SCALE_PARAMETER, MIN_LEVEL, declared_parameter
 from tests.test_risk import (
     CASES,
     DTYPES,
@@ -544,3 +546,124 @@ def test_cpw_matches_a_high_precision_reference_across_eta(dtype, tolerance, eta
     atoms, probs = HIGH_PRECISION_LAW
     dist = ReturnDistribution(torch.tensor(atoms, dtype=dtype), torch.tensor(probs, dtype=dtype))
     assert float(cpw(dist, eta)) == pytest.approx(cpw_reference(eta), abs=tolerance)
+
+
+def distortion_reference(g) -> float:
+    """sum_k z_k (g(F_k) - g(F_{k-1})) of HIGH_PRECISION_LAW with 60 significant digits, g
+    a function of an mpmath level (F of the last atom is exactly 1)."""
+    import mpmath
+
+    atoms, probs = HIGH_PRECISION_LAW
+    with mpmath.workdps(60):
+        total, cumulative, previous = mpmath.mpf(0), mpmath.mpf(0), g(mpmath.mpf(0))
+        for k, (atom, p) in enumerate(zip(atoms, probs)):
+            cumulative = mpmath.mpf(1) if k == len(atoms) - 1 else cumulative + mpmath.mpf(p)
+            current = g(cumulative)
+            total += mpmath.mpf(atom) * (current - previous)
+            previous = current
+        return float(total)
+
+
+def wang_reference(eta: float) -> float:
+    import mpmath
+
+    def g(u):  # Phi(Phi^-1(u) - eta); beyond +-1e4 Phi is 0 or 1 to far below any float
+        if u <= 0 or u >= 1:
+            return u
+        shifted = mpmath.sqrt(2) * mpmath.erfinv(2 * u - 1) - mpmath.mpf(eta)
+        return mpmath.ncdf(max(min(shifted, mpmath.mpf(1e4)), mpmath.mpf(-1e4)))
+
+    return distortion_reference(g)
+
+
+def power_reference(eta: float) -> float:
+    import mpmath
+
+    exponent = 1 + abs(mpmath.mpf(eta))
+    return distortion_reference(lambda u: u ** exponent if eta >= 0 else 1 - (1 - u) ** exponent)
+
+
+def cvar_reference(rho: float) -> float:
+    import mpmath
+
+    return distortion_reference(lambda u: min(u / mpmath.mpf(rho), mpmath.mpf(1)))
+
+
+def var_reference(rho: float) -> float:
+    """The lower rho-quantile, with F summed exactly (no level near a jump is asked)."""
+    from fractions import Fraction
+
+    atoms, probs = HIGH_PRECISION_LAW
+    cumulative = Fraction(0)
+    for atom, p in zip(atoms, probs):
+        cumulative += Fraction(str(p))
+        if cumulative >= Fraction(rho):
+            return atom
+    return atoms[-1]
+
+
+def mean_variance_reference(lam: float) -> float:
+    import mpmath
+
+    atoms, probs = HIGH_PRECISION_LAW
+    with mpmath.workdps(60):
+        mean = sum(mpmath.mpf(a) * mpmath.mpf(p) for a, p in zip(atoms, probs))
+        variance = sum(mpmath.mpf(p) * (mpmath.mpf(a) - mean) ** 2 for a, p in zip(atoms, probs))
+        return float(mean - mpmath.mpf(lam) * variance)
+
+
+HIGH_PRECISION_CASES = {
+    # measure: (function, reference, parameters spanning the whole accepted range)
+    "var": (value_at_risk, var_reference,
+            [MIN_LEVEL, 1e-30, 1e-8, 0.05, 0.1 - 2e-6, 0.25, 0.3 + 2e-6, 0.5, 0.9, 1.0]),
+    "cvar": (conditional_value_at_risk, cvar_reference,
+             [MIN_LEVEL, 1e-30, 1e-8, 0.05, 0.1, 0.25, 0.3, 0.5, 0.9, 1.0]),
+    "wang": (wang, wang_reference,
+             [-1e300, -1e4, -40.0, -3.0, -0.75, -1e-8, 0.0, 1e-8, 0.75, 3.0, 40.0, 1e300]),
+    "power": (power, power_reference,
+              [-1e300, -1e6, -100.0, -2.0, -1e-8, 0.0, 1e-8, 2.0, 100.0, 1e6, 1e300]),
+    "mean_variance": (mean_variance, mean_variance_reference,
+                      [-MAX_SCALE_PARAMETER, -1e6, -1.0, 0.0, 1e-8, 1.0, 1e6,
+                       MAX_SCALE_PARAMETER]),
+}
+
+
+@pytest.mark.parametrize("dtype, relative", [(torch.float32, 2e-6), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("name, parameter", [
+    (name, parameter) for name, (_, _, parameters) in HIGH_PRECISION_CASES.items()
+    for parameter in parameters])
+def test_every_measure_matches_a_high_precision_reference_across_its_range(
+        name, parameter, dtype, relative):
+    """From the smallest accepted level or the largest accepted size of a parameter to the
+    other end, scalar and per-row alike (the entropic measure and CPW have their own tests
+    above)."""
+    function, reference, _ = HIGH_PRECISION_CASES[name]
+    atoms, probs = HIGH_PRECISION_LAW
+    dist = ReturnDistribution(torch.tensor(atoms, dtype=dtype), torch.tensor(probs, dtype=dtype))
+    expected = reference(parameter)
+    tolerance = relative * max(1.0, abs(expected))
+    assert float(function(dist, parameter)) == pytest.approx(expected, abs=tolerance)
+    if abs(parameter) <= torch.finfo(dtype).max:  # a row tensor holds the parameter
+        rows = ReturnDistribution(dist.values.expand(3, -1), dist.probs.expand(3, -1))
+        per_row = function(rows, torch.full((3,), parameter, dtype=torch.float64))
+        assert per_row.tolist() == pytest.approx([expected] * 3, abs=tolerance)
+
+
+def test_a_var_level_within_the_float_tolerance_of_a_jump_counts_as_reached():
+    atoms, probs = HIGH_PRECISION_LAW
+    dist = ReturnDistribution(torch.tensor(atoms), torch.tensor(probs))
+    assert float(value_at_risk(dist, 0.3 + 5e-7)) == -1.0  # F(-1) = 0.3: the documented rule
+    assert float(value_at_risk(dist, 0.3 + 2e-6)) == 0.5
+
+
+@pytest.mark.parametrize("name, parameter, message", [
+    ("var", MIN_LEVEL / 2, "risk.rho: the risk level must lie in"),
+    ("cvar", 1e-300, "risk.rho: the risk level must lie in"),
+    ("mean_variance", 1e300, "risk.lam: must lie in [-1e+10, 1e+10]"),
+    ("mean_variance", -2 * MAX_SCALE_PARAMETER, "risk.lam: must lie in"),
+    ("entropic", 1e300, "risk.beta: must lie in [-1e+10, 1e+10]"),
+    ("entropic", -1e11, "risk.beta: must lie in"),
+])
+def test_parameters_beyond_the_exact_range_are_refused_in_one_line(name, parameter, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Utility(0.5, name, {declared_parameter(name): parameter})

@@ -57,16 +57,24 @@ def expectation(dist: ReturnDistribution) -> Tensor:
     return (dist.values * dist.probs).sum(-1)
 
 
+# The smallest risk level: the smallest normal float32. Below it a level rounds to zero or
+# loses its digits in the networks' float32 (CVaR_1e-300 came out as NaN).
+MIN_LEVEL = 1.1754943508222875e-38
+
+
 def _check_level(rho: float | Tensor) -> None:
-    """A risk level must lie in (0, 1]: outside it VaR and CVaR are silently meaningless
-    (rho = 0 divides by zero, rho > 1 rescales the mean)."""
+    """A risk level must lie in [MIN_LEVEL, 1]: outside it VaR and CVaR are silently
+    meaningless (rho = 0 divides by zero, rho > 1 rescales the mean)."""
     if isinstance(rho, Tensor):
-        if not bool(((rho > 0.0) & (rho <= 1.0)).all()):
-            bad = rho[~((rho > 0.0) & (rho <= 1.0))].flatten()[0].item()
-            raise ValueError(f"risk.rho: the risk level must lie in (0, 1], got {bad!r}")
+        valid = (rho >= MIN_LEVEL) & (rho <= 1.0)
+        if not bool(valid.all()):
+            bad = rho[~valid].flatten()[0].item()
+            raise ValueError(f"risk.rho: the risk level must lie in [{MIN_LEVEL:.4g}, 1], "
+                             f"got {bad!r}")
         return
-    if not 0.0 < float(rho) <= 1.0:
-        raise ValueError(f"risk.rho: the risk level must lie in (0, 1], got {rho!r}")
+    if not MIN_LEVEL <= float(rho) <= 1.0:
+        raise ValueError(f"risk.rho: the risk level must lie in [{MIN_LEVEL:.4g}, 1], "
+                         f"got {rho!r}")
 
 
 def _per_atom(parameter: Tensor, like: Tensor) -> Tensor:
@@ -84,7 +92,10 @@ def _lower_cumulative(dist: ReturnDistribution) -> tuple[Tensor, Tensor]:
 
 @risk_measure("var", fraction_map=lambda tau, rho: torch.full_like(tau, rho), per_row=True)
 def value_at_risk(dist: ReturnDistribution, rho: float | Tensor) -> Tensor:
-    """VaR_rho[Z] = inf {z : F(z) >= rho}, the lower rho-quantile (paper, section 3.2)."""
+    """VaR_rho[Z] = inf {z : F(z) >= rho}, the lower rho-quantile (paper, section 3.2).
+
+    F is a float sum, so a level within min(1e-6, rho / 2) above a jump of F counts as
+    reached by it: VaR is discontinuous there, and float error decides either side."""
     _check_level(rho)
     cumulative = dist.cumulative.contiguous()
     # The tolerance is capped at half of rho: the level stays positive, so that atoms with
@@ -136,18 +147,36 @@ def distortion_risk(dist: ReturnDistribution, distortion: Callable[[Tensor], Ten
 # any distribution of the common form.
 
 
-def _check_finite(key: str, value: float | Tensor) -> None:
+def _check_finite(key: str, value: float | Tensor, bound: float = math.inf) -> None:
+    """A finite number, and at most ``bound`` in size."""
     if isinstance(value, Tensor):
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"risk.{key}: must be a finite number, got a non-finite row")
+        if bool((value.abs() > bound).any()):
+            raise ValueError(f"risk.{key}: must lie in [-{bound:g}, {bound:g}], got "
+                             f"{value[value.abs() > bound].flatten()[0].item()!r}")
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"risk.{key}: must be a finite number, got {value!r}")
+    if abs(value) > bound:
+        raise ValueError(f"risk.{key}: must lie in [-{bound:g}, {bound:g}], got {value!r}")
+
+
+# Wang's shift acts through Phi(Phi^-1(u) - eta), and Phi^-1 of a float level lies within
+# +-38.5: a shift beyond WANG_SATURATION puts every level at 0 or 1 exactly, in float32 and
+# float64 alike. Larger shifts are taken as it, which keeps inf - inf (a NaN) out of the sum.
+WANG_SATURATION = 1e4
+
+
+def _wang_shift(eta: float | Tensor) -> float | Tensor:
+    if isinstance(eta, Tensor):
+        return eta.clamp(-WANG_SATURATION, WANG_SATURATION)
+    return min(max(eta, -WANG_SATURATION), WANG_SATURATION)
 
 
 def wang_fractions(tau: Tensor, eta: float) -> Tensor:
     """beta(tau) = Phi(Phi^-1(tau) + eta) (Wang, 2000): eta < 0 risk-averse, eta > 0 seeking."""
-    return torch.special.ndtr(torch.special.ndtri(tau) + eta)
+    return torch.special.ndtr(torch.special.ndtri(tau) + _wang_shift(eta))
 
 
 @risk_measure("wang", fraction_map=wang_fractions, per_row=True)
@@ -155,6 +184,7 @@ def wang(dist: ReturnDistribution, eta: float | Tensor) -> Tensor:
     """Wang's transform: E[Z] at fractions Phi(Phi^-1(tau) + eta). For a Gaussian N(mu, sigma)
     it is mu + eta * sigma; eta < 0 is risk-averse, eta = 0 the expectation."""
     _check_finite("eta", eta)
+    eta = _wang_shift(eta)
     if isinstance(eta, Tensor):
         eta = _per_atom(eta, dist.values)
     # g = beta^-1: Phi(Phi^-1(u) - eta).
@@ -263,10 +293,17 @@ def cpw(dist: ReturnDistribution, eta: float) -> Tensor:
 # Moment and utility-based measures (not distortions).
 
 
+# The largest |lam| of mean-variance and |beta| of the entropic measure. Beyond it either
+# measure is its limit to float32 precision on any return scale a run meets (the variance
+# alone; the worst or best atom), and lam Var[Z], or beta itself, can overflow float32
+# (lam = 1e300 gave -inf for every action, beta = 1e300 NaN).
+MAX_SCALE_PARAMETER = 1e10
+
+
 @risk_measure("mean_variance", per_row=True)
 def mean_variance(dist: ReturnDistribution, lam: float | Tensor) -> Tensor:
     """E[Z] - lam * Var[Z] (Markowitz): lam > 0 penalises the spread of the return."""
-    _check_finite("lam", lam)
+    _check_finite("lam", lam, MAX_SCALE_PARAMETER)
     mean = expectation(dist)
     variance = (dist.probs * (dist.values - mean.unsqueeze(-1)).square()).sum(-1)
     if isinstance(lam, Tensor):
@@ -279,7 +316,7 @@ def entropic(dist: ReturnDistribution, beta: float | Tensor) -> Tensor:
     """-1/beta log E[exp(-beta Z)], the certainty equivalent of an exponential utility: beta > 0
     risk-averse, beta < 0 risk-seeking. For a Gaussian N(mu, sigma): mu - beta sigma^2 / 2.
     Evaluated as a log-sum-exp, so large |beta Z| does not overflow."""
-    _check_finite("beta", beta)
+    _check_finite("beta", beta, MAX_SCALE_PARAMETER)
     if bool((torch.as_tensor(beta) == 0).any()):
         raise ValueError(
             "risk.beta: must be non-zero (beta > 0 risk-averse, < 0 risk-seeking; the limit "
