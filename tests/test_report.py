@@ -12,9 +12,9 @@ import pytest
 from rs_lightning.analysis.report import (
     REPORT_CURVES,
     RESULTS_TABLE_KEY,
-    main,
     wandb_report,
 )
+from rs_lightning.app.commands.report import main
 from tests.conftest import ROOT
 
 

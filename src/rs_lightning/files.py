@@ -95,10 +95,27 @@ def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+# The damaged lines already reported by this process: a file that several figures read is
+# reported once.
+_REPORTED: set[tuple[str, int, int]] = set()
+
+
+def _warn_once(path: Path | str, where: int, message: str) -> None:
+    key = (str(path), where, Path(path).stat().st_size if Path(path).exists() else -1)
+    if key not in _REPORTED:
+        _REPORTED.add(key)
+        print(f"warning: {path}: {message}", file=sys.stderr)
+
+
 def read_jsonl(path: Path | str, warn: bool = True) -> list[dict[str, Any]]:
     """The records (JSON objects) of a JSON-lines file; a line cut short by a kill, or any
-    other line that is not a JSON object (a corrupt file), is dropped with a warning."""
+    other line that is not a JSON object (a corrupt file), is dropped with a warning (once a
+    process); a path that is not a regular file holds none."""
     records = []
+    if not Path(path).is_file():
+        if warn:
+            _warn_once(path, 0, "not a regular file; no records read from it")
+        return records
     lines = Path(path).read_bytes().splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -111,8 +128,7 @@ def read_jsonl(path: Path | str, warn: bool = True) -> list[dict[str, Any]]:
             records.append(record)
         elif warn:
             where = "last line" if number == len(lines) else f"line {number}"
-            print(f"warning: {path}: skipping an unreadable {where} (cut short by a kill?)",
-                  file=sys.stderr)
+            _warn_once(path, number, f"skipping an unreadable {where} (cut short by a kill?)")
     return records
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rs_lightning.analysis.results import (
+    DamagedFile,
     group_by_setting,
     labelled_groups,
     learning_settings,
@@ -150,7 +151,11 @@ def load_histories(sweep_dir: Path) -> dict[tuple[str, str], list[list[dict]]]:
     """
     runs = []
     for history in run_files(sweep_dir, "eval_history.jsonl"):
-        config = read_config(history.parent)
+        try:
+            config = read_config(history.parent)
+        except DamagedFile as error:
+            print(f"warning: left out of the curves: {error}", file=sys.stderr)
+            continue
         records = read_jsonl(history)  # drops a last line cut short by a kill
         if records and config is not None:
             runs.append((learning_settings(config), config.get("seed"), records, history.parent))

@@ -113,6 +113,7 @@ class SweepReport:
     project: str = "rs-lightning"
     entity: Optional[str] = None
     study: Optional[dict[str, Any]] = None  # an Optuna sweep's trials (objective.read_study)
+    damaged: list[str] = field(default_factory=list)  # runs left out: files not readable
 
     @property
     def html_path(self) -> Path:
@@ -214,7 +215,8 @@ def build_report(sweep_dir: Path, out_dir: Optional[Path] = None) -> SweepReport
     if not rows:
         raise FileNotFoundError(no_runs_message(sweep_dir))
     table, markdown = write_table(rows, out_dir)
-    report = SweepReport(sweep_dir, out_dir, table, markdown, jobs=len(rows), group=sweep_dir.name)
+    report = SweepReport(sweep_dir, out_dir, table, markdown, jobs=len(rows), group=sweep_dir.name,
+                         damaged=rows.damaged)
     config = _job_config(sweep_dir, rows[0]["job"])
     if config is not None and "logger" in config:
         report.project = config.logger.get("project") or report.project

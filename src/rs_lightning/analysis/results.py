@@ -84,41 +84,98 @@ MISSING = "—"  # the value of a key a run's config does not have
 
 
 # ------------------------------------------------------------------------ reading runs
-def collect(sweep_dir: Path) -> list[dict[str, Any]]:
+class Collected(list):
+    """The rows of :func:`collect`, and ``damaged``: one line for each file of a run that
+    could not be read (the run is left out, so a table of them is incomplete)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = (), damaged: Iterable[str] = ()):
+        super().__init__(rows)
+        self.damaged = list(damaged)
+
+    def __iadd__(self, other):
+        super().__iadd__(other)
+        self.damaged += getattr(other, "damaged", [])
+        return self
+
+
+class DamagedFile(ValueError):
+    """A run's file that exists but cannot be what it should be (the message names it)."""
+
+
+def read_json_object(path: Path, required: str | None = None) -> dict[str, Any]:
+    """The JSON object in the regular file ``path`` (with the key ``required``), or
+    :class:`DamagedFile` naming the file and what is wrong with it."""
+    if path.is_symlink() or not path.is_file():
+        raise DamagedFile(f"{path}: not a regular file (a run writes its own)")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise DamagedFile(f"{path}: unreadable ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict):
+        raise DamagedFile(f"{path}: holds a {type(data).__name__}, not a JSON object")
+    if required is not None and required not in data:
+        raise DamagedFile(f"{path}: has no {required!r}")
+    return data
+
+
+def _is_job(folder: Path) -> bool:
+    """A sweep's job folder: not a hidden one (.hydra, .submitit) nor the report's."""
+    return not folder.name.startswith(".") and folder.name != "report"
+
+
+def collect(sweep_dir: Path) -> Collected:
     """Every finished run's ``eval.json`` below ``sweep_dir`` (or of the run ``sweep_dir``
     is), with the job folder's name and the run's learning settings (``settings``, from its
     ``config.yaml``; absent without one).
 
     Jobs that failed (``failed.json``) or did not finish (no ``eval.json``) are skipped with
-    a warning naming them.
+    a warning naming them; a run whose ``eval.json`` or ``config.yaml`` cannot be read is
+    skipped with one line naming the file, listed in the result's ``damaged``.
     """
-    rows = []
+    rows = Collected()
     sweep_dir = Path(sweep_dir)
-    for job in sorted(p for p in sweep_dir.glob("*") if p.is_dir()):
+    is_run = (sweep_dir / "eval.json").exists() or (sweep_dir / "config.yaml").exists()
+    jobs = [] if is_run else sorted(p for p in sweep_dir.glob("*") if p.is_dir() and _is_job(p))
+    for job in jobs:
         if (job / "failed.json").is_file():
             try:
                 reason = json.loads((job / "failed.json").read_text()).get("message", "")
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):
                 reason = ""
             print(f"warning: skipping failed job {job.name}: {reason} (see its failed.json)",
                   file=sys.stderr)
-        elif (not (job / "eval.json").is_file() and not (job / "members.json").is_file()
-              and (job / "config.yaml").is_file()):
-            print(f"warning: skipping incomplete job {job.name}: no eval.json (interrupted? "
-                  "the same sweep command again finishes it)", file=sys.stderr)
-    for path in run_files(sweep_dir, "eval.json"):
+        elif not (job / "eval.json").exists() and not (job / "members.json").exists():
+            if (job / "config.yaml").exists():
+                print(f"warning: skipping incomplete job {job.name}: no eval.json "
+                      "(interrupted? the same sweep command again finishes it)", file=sys.stderr)
+            elif not any(job.glob("seed_*/eval.json")):
+                print(f"warning: skipping {job}: holds no run (its files were removed?)",
+                      file=sys.stderr)
+    found = [*(p for p in [sweep_dir / "eval.json"] if p.exists() or p.is_symlink()),
+             *(p for p in run_files(sweep_dir, "eval.json") if p.parent != sweep_dir)]
+    for path in sorted(set(found)):
         if (path.parent / "failed.json").is_file() or (path.parent.parent / "failed.json").is_file():
             continue
         try:
-            row = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            print(f"warning: skipping {path}: {error}", file=sys.stderr)
+            row = read_json_object(path, "expectation")
+            config = read_config(path.parent)
+        except DamagedFile as error:
+            print(f"warning: skipping a run: {error}", file=sys.stderr)
+            rows.damaged.append(str(error))
             continue
         row["job"] = path.parent.relative_to(sweep_dir).as_posix()  # seed_<s> folders too
-        config = read_config(path.parent)
         if config is not None:
             row["settings"] = learning_settings(config)
         rows.append(row)
+    return rows
+
+
+def collect_all(*folders: Path) -> Collected:
+    """:func:`collect` of several sweeps, pooled."""
+    rows = Collected()
+    for folder in folders:
+        rows += collect(folder)
     return rows
 
 
@@ -149,13 +206,28 @@ def learning_settings(config: Mapping) -> dict[str, Any]:
 
 
 def read_config(run_dir: Path) -> Optional[dict[str, Any]]:
-    """The resolved config of the run in ``run_dir`` (None without a ``config.yaml``)."""
-    from omegaconf import OmegaConf
+    """The resolved config of the run in ``run_dir`` (None without a ``config.yaml``), or
+    :class:`DamagedFile` naming the file when it is not a run's config."""
+    from omegaconf import DictConfig, OmegaConf
 
     path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return None
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if path.is_symlink() or not path.is_file():
+        raise DamagedFile(f"{path}: not a regular file (a run writes its own)")
+    try:
+        # OmegaConf's loader is a safe one: a tag (!!python/...) is refused, not run.
+        loaded = OmegaConf.load(path)
+        if not isinstance(loaded, DictConfig):
+            raise DamagedFile(f"{path}: holds a list, not a run's config")
+        config = OmegaConf.to_container(loaded, resolve=True)
+    except DamagedFile:
+        raise
+    except Exception as error:  # YAML, OmegaConf and decoding errors alike: name the file
+        first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        raise DamagedFile(f"{path}: not a readable config ({type(error).__name__}: {first})"
+                          ) from None
+    return config
 
 
 def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,7 +568,7 @@ def write_table(rows: list[dict[str, Any]], out: Path) -> tuple[list[dict[str, A
 def write_results(sweep_dir: Path, *more: Path, out: Path | None = None) -> str:
     """Write results.md and results.csv into ``out`` (by default ``sweep_dir``) from the jobs
     of ``sweep_dir`` and any ``more`` sweeps; returns the Markdown table."""
-    rows = [row for folder in (sweep_dir, *more) for row in collect(folder)]
+    rows = collect_all(sweep_dir, *more)
     if not rows:
         raise FileNotFoundError(no_runs_message(sweep_dir, *more))
     return write_table(rows, Path(out or sweep_dir))[1]

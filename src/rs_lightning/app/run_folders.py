@@ -327,8 +327,21 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) and key in data else None
+        return data if _complete(data, key) else None
     return None
+
+
+def _complete(data: Any, key: str) -> bool:
+    """Whether a record is what a finished run writes: ``eval.json`` with a numeric
+    expectation, ``members.json`` with a summary of every seed it names."""
+    if not isinstance(data, dict) or key not in data:
+        return False
+    if key == "expectation":
+        return isinstance(data[key], (int, float)) and not isinstance(data[key], bool)
+    members, seeds = data[key], data.get("seeds")
+    return (isinstance(members, dict) and isinstance(seeds, list) and len(seeds) > 0
+            and all(isinstance(members.get(str(seed)), dict)
+                    and _complete(members[str(seed)], "expectation") for seed in seeds))
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -22,13 +22,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="run folders, then optionally a setting: alpha=0.3 rho=0.05")
     parser.add_argument("--episodes", type=int, help="Monte Carlo episodes (default: the run's config)")
     args = parser.parse_args(argv)
+    # A folder is a run even when its name holds '=' (every sweep job's does); any other
+    # argument with '=' is a setting.
+    run_dirs = [a for a in args.run_dirs if "=" not in a or Path(a).is_dir()]
     try:
-        setting = parse_setting([a for a in args.run_dirs if "=" in a])
+        setting = parse_setting([a for a in args.run_dirs if a not in run_dirs])
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     status = 0
-    for run_dir in (Path(a) for a in args.run_dirs if "=" not in a):
+    for run_dir in map(Path, run_dirs):
         try:
             run = load_run(run_dir)
             if setting:

@@ -53,12 +53,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a read-only or full output folder
+        print(f"error: cannot write the report into {args.out or args.sweep_dir / 'report'}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        return 2
     print(report.markdown)
     for figure in report.figures:
         print(f"figure: {figure.path}")
     print(f"report: {report.html_path}")
+    status = _report_status(report)
     if args.sync:
-        return sync_to_wandb(report)
+        return sync_to_wandb(report) or status
     if args.wandb != "off":
         folder, logged = log_report_to_wandb(report, args.wandb)
         print(f"W&B summary run ({logged}): {folder}")
@@ -68,7 +73,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                   "the runs and creates it", file=sys.stderr)
             return 1
     if args.wandb_report:
-        return create_wandb_report(report)
+        return create_wandb_report(report) or status
+    return status
+
+
+def _report_status(report) -> int:
+    """1 when the report leaves out runs whose files could not be read (each named above)."""
+    if report.damaged:
+        print(f"error: the report leaves out {len(report.damaged)} run(s) whose files could "
+              "not be read (listed above)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 from rs_lightning.analysis import results as _analysis
-from rs_lightning.analysis.results import (
-    write_results,
-)
+from rs_lightning.analysis.results import collect_all, no_runs_message, write_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,11 +23,21 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --out: several sweeps pool into one table; name the folder to write it "
               "into (e.g. --out outputs/tables/agents)", file=sys.stderr)
         return 2
-    try:
-        print(write_results(*args.sweep_dirs, out=args.out))
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
+    rows = collect_all(*args.sweep_dirs)
+    if not rows:
+        print(f"error: {no_runs_message(*args.sweep_dirs)}", file=sys.stderr)
         return 2
+    out = Path(args.out or args.sweep_dirs[0])
+    try:
+        print(write_table(rows, out)[1])
+    except OSError as error:  # a read-only or full output folder
+        print(f"error: cannot write the table into {out}: {error.strerror or error}",
+              file=sys.stderr)
+        return 2
+    if rows.damaged:
+        print(f"error: the table leaves out {len(rows.damaged)} run(s) whose files could not "
+              "be read (listed above)", file=sys.stderr)
+        return 1
     return 0
 
 
