@@ -430,3 +430,24 @@ def test_sigterm_during_the_final_evaluation_from_outside(tmp_path):
                 "last.ckpt (update 100); the same command resumes it")
     assert lines == [expected], err[-3000:]
     assert "Traceback" not in err
+
+
+def test_a_real_full_disk_during_a_checkpoint_is_one_line_and_exit_4(tmp_path):
+    """A real file system too small for the first checkpoint (a 200 KB tmpfs): torch's
+    writer reports the full disk as a RuntimeError, which the run answers as the OSError
+    it is (before: 62 lines and exit 1)."""
+    disk = tmp_path / "small_disk"
+    disk.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"no small file system can be mounted here: {made.stderr.strip()[:200]}")
+    try:
+        result = train_cli(*QUICK_DQN, "logger=none", f"hydra.run.dir={disk}/run")
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 4, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert line.startswith("Error writing the run: No space left on device: ")
+    assert ".ckpt; the run stopped and no checkpoint had been written yet" in line

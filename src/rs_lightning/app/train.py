@@ -50,10 +50,10 @@ from rs_lightning.engine.build import (
     quiet_lightning,
 )
 from rs_lightning.engine.callbacks import RewardOutsideSupport, TrainingProgress
+from rs_lightning.engine.checkpoints import save_checkpoint_file
 from rs_lightning.engine.experience import member_seeds
 from rs_lightning.files import (
     append_jsonl,
-    atomic_write,
     truncate_jsonl,
     write_json_atomic,
     write_text_atomic,
@@ -235,8 +235,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
         for k, (member, folder) in enumerate(zip(member_run_configs, folders)):
             if not single:
                 (folder / "checkpoints").mkdir(exist_ok=True)
-                with atomic_write(folder / "checkpoints" / "last.ckpt", "wb") as f:
-                    torch.save(member_checkpoint(saved, module, datamodule, k), f)
+                save_checkpoint_file(member_checkpoint(saved, module, datamodule, k),
+                                     folder / "checkpoints" / "last.ckpt")
             summaries.append(write_member_outputs(module.member(k), member, folder, loggers[k],
                                                   steps, env_steps, module.skipped_updates))
     except BaseException:

@@ -18,9 +18,9 @@ from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import Members, StackedMembers, make_members
 from rs_lightning.config.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.engine.callbacks import CheckpointOnSigterm
+from rs_lightning.engine.checkpoints import save_checkpoint_file
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
 from rs_lightning.engine.learner import QLearning
-from rs_lightning.files import atomic_write
 from rs_lightning.types import Problem
 
 
@@ -58,8 +58,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
-        with atomic_write(path, "wb") as f:
-            torch.save(checkpoint, f)
+        save_checkpoint_file(checkpoint, path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
         # Checkpoints are data: never unpickle objects, whatever a caller asks.

@@ -15,6 +15,8 @@ reads it further.
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
 import re
 import sys
@@ -27,6 +29,27 @@ import torch
 
 from rs_lightning.engine.replay import update_ratio
 from rs_lightning.errors import ConfigError
+from rs_lightning.files import atomic_write
+
+
+def save_checkpoint_file(checkpoint: dict[str, Any], path: Path | str) -> None:
+    """``torch.save`` through :func:`~rs_lightning.files.atomic_write`, its write failures
+    as the ``OSError`` they are. torch's writer reports a full disk as a ``RuntimeError``
+    ("unexpected pos ...") whose context is the OSError; the run's answer to a failed write
+    (one line, exit 4) needs the OSError, naming the file."""
+    try:
+        with atomic_write(path, "wb") as f:
+            torch.save(checkpoint, f)
+    except RuntimeError as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            if "inline_container" not in str(error) and "PytorchStreamWriter" not in str(error):
+                raise
+            cause = OSError(errno.EIO, os.strerror(errno.EIO))
+        raise OSError(cause.errno, cause.strerror or str(cause), str(path)) from error
+
 
 CHECKPOINT_FOLDER = "checkpoints"
 LAST = "last.ckpt"
