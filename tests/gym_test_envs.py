@@ -98,7 +98,43 @@ class Video(gym.Env):
         return np.zeros((2, 4, 4, 3), np.uint8), 0.0, True, False, {}
 
 
+class Faulty(gym.Env):
+    """Two steps an episode, well behaved until its ``after``-th step, then the ``fault``:
+    nan_reward, inf_reward, huge_reward (1e308), nan_obs, shape (3 values instead of 2),
+    four_tuple (the old gym API) or raise (an exception inside step())."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, fault: str = "none", after: int = 30):
+        self.fault, self.after, self.count = fault, after, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        self.t += 1
+        obs, reward, done = np.full(2, 0.5, np.float32), 1.0, self.t >= 2
+        if self.count < self.after or self.fault == "none":
+            return obs, reward, done, False, {}
+        if self.fault == "raise":
+            raise RuntimeError("the simulator lost its connection")
+        if self.fault == "four_tuple":
+            return obs, reward, done, {}
+        if self.fault == "shape":
+            return np.zeros(3, np.float32), reward, done, False, {}
+        if self.fault == "nan_obs":
+            obs[0] = np.nan
+        reward = {"nan_reward": np.nan, "inf_reward": np.inf, "huge_reward": 1e308}.get(
+            self.fault, reward)
+        return obs, reward, done, False, {}
+
+
 for _id, _entry, _limit in (("TinyImage-v0", TinyImage, None),
+                            ("Faulty-v0", Faulty, None),
                             ("ShiftedCounter-v0", ShiftedCounter, None),
                             ("Unbounded-v0", Unbounded, None),
                             ("ImageCorridor-v0", ImageCorridor, ImageCorridor.spec_max_steps),

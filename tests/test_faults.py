@@ -451,3 +451,27 @@ def test_a_real_full_disk_during_a_checkpoint_is_one_line_and_exit_4(tmp_path):
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
     assert line.startswith("Error writing the run: No space left on device: ")
     assert ".ckpt; the run stopped and no checkpoint had been written yet" in line
+
+
+ENVIRONMENT_FAULTS = [
+    ("nan_reward", "step() returned the reward nan"),
+    ("inf_reward", "step() returned the reward inf"),
+    ("huge_reward", "step() returned the reward 1e+308"),
+    ("nan_obs", "step() returned a non-finite observation (nan)"),
+    ("shape", "step() changed the observation shape from [2] to [3]"),
+    ("four_tuple", "the old gym API"),
+    ("raise", "step() raised RuntimeError: the simulator lost its connection"),
+]
+
+
+@pytest.mark.parametrize("fault, expected", ENVIRONMENT_FAULTS)
+def test_a_broken_environment_is_named_in_one_line(tmp_path, fault, expected):
+    result = train_cli("agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                       "env=gym", "env.id=tests.gym_test_envs:Faulty-v0",
+                       f"+env.kwargs.fault={fault}", "env.return_min=0", "env.return_max=3",
+                       "env.reward_scale=1", f"hydra.run.dir={tmp_path}/run")
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 5, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert line.startswith("Error in the environment: tests.gym_test_envs:Faulty-v0: ")
+    assert expected in line

@@ -5,6 +5,7 @@
 EXIT_BAD_INPUT = 2
 EXIT_NUMERICAL_FAULT = 3
 EXIT_OUTPUT_FAULT = 4  # a file of the run could not be written (disk full, permissions)
+EXIT_ENVIRONMENT_FAULT = 5  # the environment broke its contract (NaN, a shape, its step API)
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it stopped
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 
@@ -34,3 +35,9 @@ class NumericalFault(RuntimeError):
         self.quantity = quantity
         self.step = step
         self.value = value
+
+
+class EnvironmentFault(RuntimeError):
+    """The environment broke gymnasium's contract or this project's bounds: it raised in
+    ``step()``, returned the old 4-tuple, a non-finite or oversized reward, a non-finite
+    observation or one of another shape. The message starts with the environment's id."""

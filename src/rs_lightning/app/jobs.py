@@ -49,11 +49,13 @@ from rs_lightning.app.run_folders import (
 from rs_lightning.engine.checkpoints import newest_checkpoint
 from rs_lightning.errors import (
     EXIT_BAD_INPUT,
+    EXIT_ENVIRONMENT_FAULT,
     EXIT_NUMERICAL_FAULT,
     EXIT_OUTPUT_FAULT,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     ConfigError,
+    EnvironmentFault,
     NumericalFault,
 )
 from rs_lightning.files import write_json_atomic
@@ -102,6 +104,9 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         if isinstance(error, OSError):
             print(f"Error writing the run: {describe_os_error(error, run_dir)}", file=sys.stderr)
             raise SystemExit(EXIT_OUTPUT_FAULT) from None
+        if isinstance(error, EnvironmentFault):
+            print(f"Error in the environment: {error}", file=sys.stderr)
+            raise SystemExit(EXIT_ENVIRONMENT_FAULT) from None
         # Anything else is a bug: its whole traceback, and no exception left for Hydra (the
         # command line wrapper treats what reaches it as bad input).
         traceback.print_exc()

@@ -37,7 +37,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.plain_state import UncapturableState, capture_state, restore_state
-from rs_lightning.errors import ConfigError
+from rs_lightning.errors import ConfigError, EnvironmentFault
 from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unwrapped_grid_world
 
 
@@ -77,8 +77,17 @@ def _risk_outcomes(info: dict, ended: np.ndarray) -> np.ndarray:
     return outcomes
 
 
+# The largest reward size accepted: the learner keeps returns in float32, where the risk
+# measures square them (mean-variance) and sum them; beyond this they overflow to inf.
+MAX_ABS_REWARD = 1e15
+
+
 class GymCopies:
-    """Gymnasium environments in groups of ``SyncVectorEnv`` (same-step autoreset)."""
+    """Gymnasium environments in groups of ``SyncVectorEnv`` (same-step autoreset).
+
+    What an environment returns is checked, so that a broken one is named as the cause in
+    one line (:class:`~rs_lightning.errors.EnvironmentFault`) rather than surfacing as a
+    NaN loss or a traceback inside gymnasium."""
 
     def __init__(self, env_config, seeds: list[int], groups: int = 1) -> None:
         if len(seeds) % groups:
@@ -91,8 +100,8 @@ class GymCopies:
         observations = []
         for g, env in enumerate(self.groups):
             chunk = self.seeds[g * self.group_size:(g + 1) * self.group_size]
-            observations.append(env.reset(seed=chunk)[0])
-        self._obs = np.concatenate(observations).astype(np.float32)
+            observations.append(self._call(env.reset, "reset()", seed=chunk)[0])
+        self._obs = self._checked_obs(np.concatenate(observations), "reset()")
 
     def __len__(self) -> int:
         return len(self.groups) * self.group_size
@@ -104,19 +113,70 @@ class GymCopies:
         parts = []
         actions = np.asarray(actions).reshape(len(self.groups), self.group_size)
         for env, group_actions in zip(self.groups, actions):
-            next_obs, reward, terminated, truncated, info = env.step(group_actions)
+            result = self._call(env.step, "step()", group_actions)
+            next_obs, reward, terminated, truncated, info = result
+            self._check_reward(reward)
             ended = np.logical_or(terminated, truncated)
             reached = np.array(next_obs, dtype=np.float32, copy=True)
             for i in np.flatnonzero(ended):
                 # Same-step autoreset: next_obs of an ended copy is already the next
                 # episode's first observation; the state the step reached is final_obs.
-                reached[i] = info["final_obs"][i]
+                final = np.asarray(info["final_obs"][i], dtype=np.float32)
+                if final.shape != reached[i].shape:
+                    raise EnvironmentFault(
+                        f"{self.env_id}: step() changed the observation shape from "
+                        f"{list(reached[i].shape)} to {list(final.shape)}")
+                reached[i] = final
             parts.append((next_obs, reached, reward, terminated, ended, _risk_outcomes(info, ended)))
         current, reached, reward, terminated, ended, outcome = (np.concatenate(p) for p in zip(*parts))
-        self._obs = np.asarray(current, dtype=np.float32)
+        self._checked_obs(reached, "step()")
+        self._obs = self._checked_obs(current, "step()")
         self.steps += 1
         return CopiesStep(reached, reward.astype(np.float64), terminated.astype(bool), ended,
                           outcome)
+
+    def _call(self, method, name: str, *args, **kwargs):
+        """An environment call; what it raises, or a result that is not gymnasium's
+        five-tuple of step() (the old API's four), names the environment."""
+        try:
+            result = method(*args, **kwargs)
+        except Exception as error:  # the environment's own code failed: say whose
+            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+            if isinstance(error, ValueError) and "expected 5, got 4" in first:
+                first += " (the old gym API's step() returns 4 values; gymnasium's 5)"
+            raise EnvironmentFault(f"{self.env_id}: {name} raised {type(error).__name__}"
+                                   + (f": {first}" if first else "")) from error
+        if name == "step()" and not (isinstance(result, tuple) and len(result) == 5):
+            size = len(result) if isinstance(result, tuple) else type(result).__name__
+            raise EnvironmentFault(f"{self.env_id}: step() returned {size} values, not "
+                                   "gymnasium's 5 (obs, reward, terminated, truncated, info; "
+                                   "the old gym API returned 4)")
+        return result
+
+    def _checked_obs(self, obs, name: str) -> np.ndarray:
+        try:
+            obs = np.asarray(obs, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise EnvironmentFault(f"{self.env_id}: {name} returned observations that are not "
+                                   f"one array ({error})") from None
+        expected = getattr(self, "_obs", None)
+        if expected is not None and obs.shape != expected.shape:
+            raise EnvironmentFault(f"{self.env_id}: {name} changed the observation shape from "
+                                   f"{list(expected.shape[1:])} to {list(obs.shape[1:])}")
+        if not np.isfinite(obs).all():
+            bad = obs[~np.isfinite(obs)].flat[0]
+            raise EnvironmentFault(f"{self.env_id}: {name} returned a non-finite observation "
+                                   f"({bad}) after {self.steps} steps of the copies")
+        return obs
+
+    def _check_reward(self, reward) -> None:
+        reward = np.asarray(reward, dtype=np.float64)
+        bad = ~np.isfinite(reward) | (np.abs(reward) > MAX_ABS_REWARD)
+        if bad.any():
+            raise EnvironmentFault(f"{self.env_id}: step() returned the reward "
+                                   f"{reward[bad].flat[0]} after {self.steps} steps of the "
+                                   f"copies; rewards must be finite and at most "
+                                   f"{MAX_ABS_REWARD:g} in size (rescale them)")
 
     def reseed(self, indices: list[int], seeds: list[int]) -> None:
         size = self.group_size
@@ -128,7 +188,8 @@ class GymCopies:
                     mask[j % size] = True
                     group_seeds[j % size] = int(seed)
             if mask.any():
-                obs, _ = env.reset(seed=group_seeds, options={"reset_mask": mask})
+                obs, _ = self._call(env.reset, "reset()", seed=group_seeds,
+                                    options={"reset_mask": mask})
                 rows = np.flatnonzero(mask) + g * size
                 self._obs[rows] = np.asarray(obs, dtype=np.float32)[mask]
 
