@@ -124,6 +124,8 @@ CASES = [
          "must be a finite number"),
     # bounds: seeds, supports, counts and budgets, checked before anything is allocated
     Case("seed 2^32", ["seed=4294967296"], "seed", "stays below 2^32 = 4294967296", cli=True),
+    Case("a number where a list goes", ["agent.hidden_sizes=64"], "agent.hidden_sizes",
+         "must be a list, got 64 (on the command line: key=[64] or key=[256,256])", cli=True),
     Case("seed near 2^32 with parallel seeds", ["seed=4294967290", "parallel_seeds=8"], "seed",
          "up to seed + parallel_seeds - 1 + 2 = 4294967299"),
     Case("seed near 2^32 with environment copies", ["seed=4294967000", "env.num_envs=1000"],
@@ -510,3 +512,14 @@ def test_the_memory_estimate_names_the_largest_part_and_the_limit(compose):
     assert str(error.value).endswith(
         "more than limits.memory_fraction=0.8 of the 40 MB available (a test figure), 32 MB; "
         "lower learning.replay_capacity")
+
+
+def test_a_launcher_setting_of_the_wrong_type_says_why(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=joblib",
+         "hydra.launcher.n_jobs=abc", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error in config: hydra.launcher.n_jobs: must be an integer, got 'abc'")
+    assert not (tmp_path / "sweep").exists()

@@ -138,6 +138,12 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
     if present:
         key = present.group(1)
         return ConfigError(key, f"already exists: write {key}=... without the +")
+    merging = re.match(r"Error merging override ([^=\s]+)=(.*)", text)
+    if merging and error.__cause__ is not None:
+        from rs_lightning.config.schema import omegaconf_message
+
+        cause = str(error.__cause__).strip().splitlines()[0]
+        return ConfigError(merging.group(1), omegaconf_message(cause, merging.group(2)))
     if text.startswith("No trials are completed yet"):  # Optuna, when every trial failed
         return ConfigError("hydra.sweeper", "no trial of the study finished: every job failed "
                                             "(each job's failed.json in the sweep folder says why)")

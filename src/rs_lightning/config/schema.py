@@ -462,15 +462,20 @@ def _structured(schema_class, node, root: str = "") -> Any:
         key = getattr(error, "full_key", None) or root or "config"
         if root and not key.startswith(root):
             key = f"{root}.{key}"
-        raise ConfigError(key, _plain_message(str(error).split("\n")[0])) from None
+        raise ConfigError(key, omegaconf_message(str(error).split("\n")[0],
+                                              getattr(error, "value", None))) from None
 
 
 _TYPE_NAMES = {"Float": "a number", "Integer": "an integer", "Boolean": "true or false",
                "String": "a string"}
 
 
-def _plain_message(message: str) -> str:
-    """OmegaConf's wording of a type or key error, in the words of the other checks."""
+def omegaconf_message(message: str, value: Any = None) -> str:
+    """OmegaConf's wording of a type or key error, in the words of the other checks
+    (``value``: the value refused, where OmegaConf kept it)."""
+    if re.match(r"Invalid value assigned: \w+ is not a ListConfig, list or tuple", message):
+        shown = f", got {value!r}" if value is not None else ""
+        return f"must be a list{shown} (on the command line: key=[64] or key=[256,256])"
     converted = re.match(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", message)
     if converted:
         value, type_name = converted.groups()
