@@ -475,3 +475,16 @@ def test_a_broken_environment_is_named_in_one_line(tmp_path, fault, expected):
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
     assert line.startswith("Error in the environment: tests.gym_test_envs:Faulty-v0: ")
     assert expected in line
+
+
+def test_without_home_w_and_b_stays_quiet(tmp_path):
+    """Without HOME (a cron job, a bare container) W&B's service logged every connection to
+    stderr (18 lines a run); the run's output is its own lines alone."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("HOME", "XDG_CACHE_HOME")}
+    env["WANDB_MODE"] = "offline"
+    result = train_cli(*QUICK_DQN, f"hydra.run.dir={tmp_path}/run", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2, "\n".join(lines)
+    assert list((tmp_path / "run").glob("wandb/offline-run-*"))

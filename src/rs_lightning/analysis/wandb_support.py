@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from typing import Any
 
 from rs_lightning.errors import ConfigError
@@ -57,6 +58,17 @@ def wandb_online_problem(timeout: float) -> str | None:
     return None
 
 
+def quiet_wandb_environment() -> None:
+    """The environment W&B runs quietly in: its notices off (``WANDB_SILENT``), and a cache
+    folder for its service's log where the user has none: without ``HOME`` (and
+    ``XDG_CACHE_HOME``) the service logs every connection to stderr instead (18 lines a
+    run). Values the user set are kept."""
+    os.environ.setdefault("WANDB_SILENT", "true")
+    if not os.environ.get("HOME") and not os.environ.get("XDG_CACHE_HOME"):
+        os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(),
+                                                    f"rs-lightning-cache-{os.getuid()}")
+
+
 def init_wandb_run(mode: str = "offline", **init_kwargs: Any):
     """``wandb.init(**init_kwargs)`` in ``mode`` (``offline`` or ``online``).
 
@@ -66,7 +78,7 @@ def init_wandb_run(mode: str = "offline", **init_kwargs: Any):
     """
     import wandb
 
-    os.environ.setdefault("WANDB_SILENT", "true")
+    quiet_wandb_environment()
     problem = wandb_online_problem(ONLINE_INIT_TIMEOUT) if mode == "online" else None
     if problem is not None:
         print(f"warning: W&B online logging is not possible ({problem}); logging offline "

@@ -13,7 +13,7 @@ from hydra.types import RunMode
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
-from rs_lightning.analysis.wandb_support import wandb_online_problem
+from rs_lightning.analysis.wandb_support import quiet_wandb_environment, wandb_online_problem
 from rs_lightning.app.run_names import hydra_setting_label, wandb_run_names
 from rs_lightning.config.schema import ValidatedConfig
 
@@ -77,7 +77,7 @@ def make_loggers(run_config: ValidatedConfig, run_dir: Path, resolved: dict[str,
 
         return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="")]
 
-    os.environ.setdefault("WANDB_SILENT", "true")
+    quiet_wandb_environment()
     train = run_config.train
     name, group = wandb_run_names(run_config.agent.name, train.env.id, train.seed, ckpt_path,
                                   hydra_setting_label(), _sweep_group())

@@ -249,7 +249,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
         print(f"[rs_lightning] {module.skipped_updates} updates with a non-finite loss or "
               "gradient were skipped (learning.on_non_finite=skip)", file=sys.stderr)
     for seed, summary, folder in zip(seeds, summaries, folders):
-        log.info("eval: %s", {k: summary[k] for k in ("expectation", "var", "cvar", "utility")})
+        log.info("eval: %s", {k: float(f"{summary[k]:.6g}")  # eval.json keeps every digit
+                              for k in ("expectation", "var", "cvar", "utility")})
         print(
             f"[rs_lightning] {run_config.agent.name} on {train.env.id}"
             + ("" if single else f" seed {seed}") + ": "
