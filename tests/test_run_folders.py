@@ -214,3 +214,40 @@ def test_a_sweep_subdir_outside_the_sweep_is_refused_before_any_job(tmp_path, su
     line = error_line(result.stderr)
     assert "hydra.sweep.subdir: must name a folder inside hydra.sweep.dir" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overrides, suffix", [
+    (["experiment=cartpole"], "_experiment=cartpole"),  # the preset names the run
+    (["experiment=cartpole", "agent=c51"], "_agent=c51,experiment=cartpole"),
+    ([], ""),  # no name ends in "_"
+    (["ckpt_path=/elsewhere/step0000100.ckpt"], "_resumed-step0000100"),  # not "__resumed-"
+])
+def test_folder_names_show_the_experiment_and_never_end_in_an_underscore(overrides, suffix):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose("train", overrides, return_hydra_config=True)
+    cfg.hydra.job.num = 0
+    run_name = cfg.hydra.run.dir.split("outputs/runs/", 1)[1]
+    assert run_name[len("2026-11-27_08-00-00"):] == suffix
+    assert cfg.hydra.sweep.subdir == f"0{suffix}"
+    # The W&B name is the same label (without the seed), so it shows the experiment too.
+    from rs_lightning.app.run_names import overrides_label, wandb_run_names
+
+    exclude = {*cfg.hydra.job.config.override_dirname.exclude_keys, "seed"}
+    setting = overrides_label([*overrides, "seed=3"], exclude) or None
+    name, _ = wandb_run_names("c51", "CartPole-v1", 3, None, setting, None)
+    if "experiment=cartpole" in suffix:
+        assert name.startswith(suffix[1:]) and name.endswith(",seed=3")
+
+
+def test_a_group_the_experiment_sets_replaced_on_the_command_line_is_said(capsys):
+    from rs_lightning.app.cli import check_group_files
+
+    check_group_files(["experiment=cartpole", "env=gym", "env.id=CartPole-v1"], ROOT / "conf")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: env=gym replaces the env=cartpole of experiment=cartpole")
+    check_group_files(["experiment=cartpole", "env=cartpole"], ROOT / "conf")
+    check_group_files(["experiment=cartpole"], ROOT / "conf")
+    assert capsys.readouterr().err == ""

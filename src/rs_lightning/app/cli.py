@@ -67,23 +67,47 @@ def _search_path(overrides: list[str], config_dir: Path | None) -> list[Path]:
     return folders
 
 
+def _group_choices(overrides: list[str]) -> dict[str, str]:
+    """{group: option} of the overrides that choose one option of a config group."""
+    chosen = {}
+    for override in overrides:
+        group, _, option = override.lstrip("+").partition("=")
+        if option and "." not in group and not group.startswith("~") and "," not in option:
+            chosen[group] = option
+    return chosen
+
+
 def check_group_files(overrides: list[str], config_dir: Path | None) -> None:
     """ConfigError naming a config group file chosen on the command line (``experiment=x``,
     ``env=y``) that is not a YAML mapping: not UTF-8 text, not YAML, or a list or a sentence
     where ``key: value`` lines belong (Hydra would fail without naming the file, or compose
-    nothing from it)."""
-    for override in overrides:
-        group, _, option = override.lstrip("+").partition("=")
-        if not option or "." in group or group.startswith("~") or "," in option:
-            continue
+    nothing from it). A group the chosen experiment sets that the command line sets
+    otherwise is said in a warning (Hydra takes the command line's silently)."""
+    chosen = _group_choices(overrides)
+    for group, option in chosen.items():
         for folder in _search_path(overrides, config_dir):
             path = folder / group / f"{option}.yaml"
             if path.is_file():
-                check_yaml_mapping(path)
+                content = check_yaml_mapping(path)
+                if group == "experiment":
+                    _warn_replaced_groups(option, content or {}, chosen)
                 break
 
 
-def check_yaml_mapping(path: Path) -> None:
+def _warn_replaced_groups(experiment: str, content: dict, chosen: dict[str, str]) -> None:
+    for entry in content.get("defaults") or []:
+        if not isinstance(entry, dict):
+            continue
+        for key, preset in entry.items():
+            group = str(key).removeprefix("override").strip().lstrip("/")
+            if group in chosen and chosen[group] != str(preset):
+                print(f"warning: {group}={chosen[group]} replaces the {group}={preset} of "
+                      f"experiment={experiment} (with all its settings: normalisation, time "
+                      f"limit, ...); leave out {group}= to keep them, or set its keys "
+                      f"({group}.<key>=...)", file=sys.stderr)
+
+
+def check_yaml_mapping(path: Path) -> dict | None:
     import yaml
 
     try:
@@ -96,6 +120,7 @@ def check_yaml_mapping(path: Path) -> None:
     if content is not None and not isinstance(content, dict):
         raise ConfigError(str(path), f"must hold `key: value` lines (a YAML mapping), got a "
                           f"{type(content).__name__}: {str(content)[:60]!r}")
+    return content
 
 
 def yaml_error(error, path: Path | str | None = None) -> ConfigError:

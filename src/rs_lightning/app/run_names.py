@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 RESUME_RESOLVER = "resume_marker"
 FOLDER_LABEL_RESOLVER = "folder_label"
+FOLDER_SUFFIX_RESOLVER = "folder_suffix"
 # The longest override label a folder name takes whole: file systems allow 255 bytes a name,
 # and the date, the job number and the resume marker come on top.
 FOLDER_LABEL_LIMIT = 160
@@ -36,6 +37,14 @@ def folder_label(overrides: Any, limit: int = FOLDER_LABEL_LIMIT) -> str:
     return f"{text[:limit - 9]}-{digest}"
 
 
+def folder_suffix(overrides: Any) -> str:
+    """What a folder's name adds after its date or job number: ``_`` and the
+    :func:`folder_label` of the overrides, or nothing when there are none (no name ends in
+    ``_``, and a resumed run's is ``<date>_resumed-...``)."""
+    label = folder_label(overrides)
+    return f"_{label}" if label else ""
+
+
 def resume_marker(ckpt_path: Any) -> str:
     """The suffix of the folder of a run started from a checkpoint: ``_resumed-<file stem>``
     (``_resumed-step0005000``); empty for a fresh start.
@@ -51,12 +60,14 @@ def resume_marker(ckpt_path: Any) -> str:
 
 
 def register_resolvers() -> None:
-    """Make ``${resume_marker:...}`` and ``${folder_label:...}`` known to OmegaConf (once per
-    process)."""
+    """Make ``${resume_marker:...}``, ``${folder_label:...}`` and ``${folder_suffix:...}``
+    known to OmegaConf (once per process)."""
     if not OmegaConf.has_resolver(RESUME_RESOLVER):
         OmegaConf.register_new_resolver(RESUME_RESOLVER, resume_marker)
     if not OmegaConf.has_resolver(FOLDER_LABEL_RESOLVER):
         OmegaConf.register_new_resolver(FOLDER_LABEL_RESOLVER, folder_label)
+    if not OmegaConf.has_resolver(FOLDER_SUFFIX_RESOLVER):
+        OmegaConf.register_new_resolver(FOLDER_SUFFIX_RESOLVER, folder_suffix)
 
 
 def _override_key(override: str) -> str:
