@@ -141,7 +141,8 @@ def test_an_lr_sweep_gives_one_row_per_lr_with_its_seeds(tmp_path):
     assert rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.0001 | 300 | 2 |")
     assert rows[1].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.01 | 300 | 1 |")
     iqm_rows = [line for line in markdown.split("\n\n")[2].splitlines() if line.startswith("| Risky")]
-    assert iqm_rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.0001 | 300 | 2 | 0.300 [")
+    # Two seeds: their range, not an interval.
+    assert iqm_rows[0].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.0001 | 300 | 2 | 0.300 (range ")
     assert iqm_rows[1].startswith("| RiskyRewards-v0 | dqn | 0.5 | var_0.1 | 0.01 | 300 | 1 | 0.100 |")
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert header[:8] == ["env", "agent", "alpha", "risk", "rho", "lr", "updates", "seeds"]
@@ -322,3 +323,26 @@ def test_the_exact_table_shows_the_static_utility_and_its_gap():
     assert shown["static U"] == "0.400 ± 0.141"
     assert shown["static optimum"] == "0.500 ± 0.000"
     assert shown["static gap"] == "0.100 ± 0.141"
+
+
+def test_fewer_than_5_seeds_give_their_range_and_say_so():
+    from rs_lightning.analysis.results import table_notes, table_rows
+    from rs_lightning.analysis.stats import RANGE_METHOD, band_label
+
+    estimate = interval_estimate([0.1, 0.9, 0.4], use_rliable=False)
+    assert (estimate.low, estimate.high, estimate.method) == (0.1, 0.9, RANGE_METHOD)
+    assert interval_estimate([0.1, 0.9, 0.4, 0.2, 0.3], use_rliable=False).method == NUMPY_METHOD
+    curves = np.array([[0.0, 1.0], [2.0, 3.0], [1.0, -1.0]])
+    low, high = bootstrap_band(curves)
+    assert low.tolist() == [0.0, -1.0] and high.tolist() == [2.0, 3.0]
+    assert band_label(1) == "one seed: no band"
+    assert band_label(3) == "band: the range of 3 seeds"
+    assert band_label(5).startswith("band: 95% bootstrap interval")
+    rows = [{"env": "rs_lightning/RiskyRewards-v0", "agent": "dqn", "alpha": 1.0, "seed": seed,
+             "risk": "cvar", "rho": 0.1, "expectation": value, "var": value, "cvar": value,
+             "utility": value, "risk_outcome": 1.0}
+            for seed, value in ((0, 0.1), (1, 0.9), (2, 0.4))]
+    table = summarize(rows)
+    (cells,) = table_rows(table, "iqm")
+    assert any(cell.endswith("(range 0.100, 0.900)") for cell in cells)
+    assert "fewer than 5 seeds gives the seeds' range" in table_notes(table)["iqm"]

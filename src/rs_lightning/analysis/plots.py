@@ -10,7 +10,8 @@ chosen action highlighted (the paper's Figure 5). On the grid worlds it overlays
 law of the discounted return of each first action followed by the learned greedy policy, and
 prints the Wasserstein-1 distance between learned and exact. ``curves`` draws the risk
 indicator R_s and E, VaR, U of the greedy policy against training steps, mean and 95%
-bootstrap band over the seeds of each setting, one column per environment (the paper's
+bootstrap band over the seeds of each setting (their range below 5 seeds, which the legend
+says), one column per environment (the paper's
 Figure 4), from the ``eval_history.jsonl`` of every job of a sweep. ``policy`` draws a grid
 world run's ``policy.json`` as arrows on the grid (``policy.png``, which every grid-world run
 also writes). Plots only read run folders.
@@ -33,7 +34,7 @@ from rs_lightning.analysis.results import (
     read_config,
     setting_labels,
 )
-from rs_lightning.analysis.stats import bootstrap_band, probability_of_improvement
+from rs_lightning.analysis.stats import band_label, bootstrap_band, probability_of_improvement
 from rs_lightning.files import read_jsonl, run_files
 from rs_lightning.references.ground_truth import (
     cdf_on,
@@ -185,7 +186,7 @@ def plot_learning_curves(
     sweep_dir: Path,
     out: Path,
     metrics: tuple[tuple[str, str], ...] = CURVE_METRICS,
-    title: str = "Greedy policy during training (mean, 95% bootstrap band over seeds)",
+    title: str = "Greedy policy during training (mean over seeds and a band)",
     x_axis: str = "updates",
 ) -> dict:
     """Draw the curves into ``out``; returns {env: {agent: number of seeds}}.
@@ -222,8 +223,8 @@ def plot_learning_curves(
                 values = np.array([[r[metric] for r in run if r[x_key] in steps] for run in with_metric])
                 low, high = bootstrap_band(values, limits=METRIC_LIMITS.get(metric, (-np.inf, np.inf)))
                 ax = axes[row, column]
-                count = f"{len(with_metric)} seed{'' if len(with_metric) == 1 else 's'}"
-                ax.plot(steps, values.mean(0), color=color, label=f"{agent} ({count})")
+                ax.plot(steps, values.mean(0), color=color,
+                        label=f"{agent} ({band_label(len(with_metric))})")
                 ax.fill_between(steps, low, high, color=color, alpha=0.2)
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)

@@ -9,9 +9,11 @@ writes into ``<sweep>/report/``:
 
 - ``results.md`` / ``results.csv``: one row per setting (every config difference but the
   seed; :mod:`rs_lightning.analysis.results`): mean ± std over seeds beside the paper's numbers,
-  interquartile mean with a 95% bootstrap interval, Monte Carlo and, on the grid worlds, exact;
+  interquartile mean with a 95% bootstrap interval (the seeds' range below 5 seeds), Monte
+  Carlo and, on the grid worlds, exact;
 - ``learning_curves.png``: R_s, E, VaR and U of the greedy policy against training steps,
-  mean and 95% bootstrap band over seeds, one column per environment (the paper's Figure 4);
+  mean and 95% bootstrap band over seeds (their range below 5 seeds: the legend says which),
+  one column per environment (the paper's Figure 4);
 - ``probability_of_improvement.png`` (several settings of one environment): the chance that
   a seed of one setting beats a seed of another on U, E and VaR;
 - ``distribution_error.png``: the Wasserstein-1 distance between the learned and the exact
@@ -153,8 +155,9 @@ def render_figures(sweep_dir: Path, out_dir: Path, rows: list[dict[str, Any]],
         figures.append(Figure(
             "learning_curves", path,
             "The greedy policy during training: risk indicator R_s (+1 green, -1 orange path), "
-            "E, VaR and U of the return; mean and 95% bootstrap band over seeds, within the "
-            "metric's range (the paper's Figure 4).",
+            "E, VaR and U of the return; mean over seeds and a band within the metric's "
+            "range: the 95% bootstrap interval of the mean, or below 5 seeds the seeds' range "
+            "(each curve's legend says which; the paper's Figure 4).",
         ))
         has_distance = any("w1_greedy" in run[-1] for runs in histories.values() for run in runs)
         if has_distance:
@@ -460,7 +463,8 @@ def wandb_report(
             wr.TableOfContents(),
             wr.H1("Results"),
             wr.P("Mean ± standard deviation and interquartile mean with a 95% bootstrap "
-                 "interval over seeds of the greedy policy's evaluation, one row per setting, "
+                 "interval over seeds (below 5 seeds: the seeds' range) of the greedy "
+                 "policy's evaluation, one row per setting, "
                  "beside the paper's numbers, and the figures of the sweep."),
             wr.PanelGrid(runsets=[summary], panels=media),
             wr.H1("The greedy policy during training"),

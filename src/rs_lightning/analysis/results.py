@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
 
-from rs_lightning.analysis.stats import BOOTSTRAP_REPS, interval_estimates
+from rs_lightning.analysis.stats import (
+    BOOTSTRAP_REPS,
+    MIN_SEEDS_FOR_INTERVAL,
+    RANGE_METHOD,
+    interval_estimates,
+)
 from rs_lightning.envs import GRID_WORLDS
 from rs_lightning.files import run_files
 
@@ -373,7 +378,8 @@ def summarize(rows: list[dict[str, Any]], reps: int = BOOTSTRAP_REPS,
         for metric, estimate in estimates.items():
             entry[f"{metric}_iqm"] = estimate.iqm
             entry[f"{metric}_ci_low"], entry[f"{metric}_ci_high"] = estimate.low, estimate.high
-            entry["interval_method"] = estimate.method
+            if estimate.method != RANGE_METHOD:
+                entry["interval_method"] = estimate.method
         # Seeds whose greedy policy follows the green (risk-averse) path in most episodes.
         entry["green_seeds"] = sum(1 for r in runs if r.get("risk_outcome_green", 0) > 0.5)
         entry["orange_seeds"] = sum(1 for r in runs if r.get("risk_outcome_orange", 0) > 0.5)
@@ -457,13 +463,16 @@ def _cell(entry: dict[str, Any], metric: str) -> str:
 
 
 def _interval_cell(entry: dict[str, Any], metric: str) -> str:
-    """Interquartile mean [95% confidence interval] (no interval from a single seed)."""
+    """Interquartile mean [95% confidence interval]; below MIN_SEEDS_FOR_INTERVAL seeds
+    (range: min, max) of the seeds instead, and nothing beside a single seed."""
     if f"{metric}_iqm" not in entry:
         return ""
     if len(entry["seeds"]) == 1:
         return f"{entry[f'{metric}_iqm']:.3f}"
-    return (f"{entry[f'{metric}_iqm']:.3f} "
-            f"[{entry[f'{metric}_ci_low']:.3f}, {entry[f'{metric}_ci_high']:.3f}]")
+    low, high = entry[f"{metric}_ci_low"], entry[f"{metric}_ci_high"]
+    if len(entry["seeds"]) < MIN_SEEDS_FOR_INTERVAL:
+        return f"{entry[f'{metric}_iqm']:.3f} (range {low:.3f}, {high:.3f})"
+    return f"{entry[f'{metric}_iqm']:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def table_rows(table: list[dict[str, Any]], kind: str = "mean") -> list[list[str]]:
@@ -503,7 +512,10 @@ def table_notes(table: list[dict[str, Any]]) -> dict[str, str]:
                     "(python -m rs_lightning.frontier <run> evaluates it at others)."
                     if any(conditioned(e) for e in table) else ""),
         "iqm": "Interquartile mean over seeds (the mean of the middle half; the plain mean "
-               f"below 4 seeds) and its 95% confidence interval, {method} over the seeds.",
+               f"below 4 seeds) and, in brackets, its 95% confidence interval, {method} over "
+               f"the seeds; a row of fewer than {MIN_SEEDS_FOR_INTERVAL} seeds gives the "
+               "seeds' range (min, max) instead, marked 'range': too few seeds for an "
+               "interval.",
         "exact": "The same greedy policies evaluated exactly (their return is a Gaussian "
                  "mixture on the grid worlds): mean ± standard deviation over seeds. Static U: "
                  "the utility of the whole episode's discounted return; static optimum: the "

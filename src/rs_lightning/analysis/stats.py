@@ -24,6 +24,20 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 CONFIDENCE = 0.95
+# Fewer seeds than this give no interval: a bootstrap of 3 seeds only resamples those 3
+# values, so its "95%" interval is their range and holds no such coverage. Below it the
+# tables and figures give the seeds' range, and say so.
+MIN_SEEDS_FOR_INTERVAL = 5
+RANGE_METHOD = "the seeds' range (min, max): fewer than 5 seeds give no interval"
+
+
+def band_label(seeds: int) -> str:
+    """What a figure's band over ``seeds`` seeds is (see :func:`bootstrap_band`)."""
+    if seeds == 1:
+        return "one seed: no band"
+    if seeds < MIN_SEEDS_FOR_INTERVAL:
+        return f"band: the range of {seeds} seeds"
+    return f"band: {CONFIDENCE:.0%} bootstrap interval of the mean over {seeds} seeds"
 # Resamples per interval. A row has a handful of seeds, so few distinct resamples exist (126
 # for 5 seeds); 2,000 draws put the interval's ends within about 0.01 of their limit for
 # returns of order 1, and the rliable path (one Python call per resample) stays fast.
@@ -73,8 +87,11 @@ def bootstrap_band(
     limits: tuple[float, float] = (-np.inf, np.inf),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step percentile bootstrap interval of the mean over seeds of ``curves``
-    ([seeds, steps]), clipped to ``limits`` (the metric's range, e.g. [-1, 1] for R_s)."""
+    ([seeds, steps]), clipped to ``limits`` (the metric's range, e.g. [-1, 1] for R_s); with
+    fewer than MIN_SEEDS_FOR_INTERVAL seeds, their range (:func:`band_label` says which)."""
     curves = np.asarray(curves, dtype=float)
+    if curves.shape[0] < MIN_SEEDS_FOR_INTERVAL:
+        return np.clip(curves.min(0), *limits), np.clip(curves.max(0), *limits)
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, curves.shape[0], size=(reps, curves.shape[0]))
     means = curves[picks].mean(axis=1)  # [reps, steps]
@@ -128,6 +145,12 @@ def interval_estimates(
     estimates = {}
     for metrics in by_seeds.values():
         matrix = np.array([scores[metric] for metric in metrics], dtype=float).T  # [seeds, metrics]
+        if matrix.shape[0] < MIN_SEEDS_FOR_INTERVAL:
+            for metric, column in zip(metrics, matrix.T):
+                estimates[metric] = Estimate(float(interquartile_mean(column)),
+                                             float(column.min()), float(column.max()),
+                                             RANGE_METHOD)
+            continue
         if use_rliable:
             intervals = _rliable_intervals(matrix, reps, confidence, seed)
         else:
