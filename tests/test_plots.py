@@ -126,3 +126,36 @@ def test_learning_curves_keep_other_utility_settings_apart(tmp_path):
     assert {label: len(runs) for (_, label), runs in groups.items()} == {
         "c51 alpha=0.5": 1, "c51 alpha=1.0": 2,
     }
+
+
+def test_the_improvement_matrix_stays_readable_for_a_study_of_20_trials(monkeypatch, tmp_path):
+    """An Optuna study's 20 settings: 6-digit tick labels, no overlapping cell numbers
+    (the colour bar says the value), two-line titles; 4 settings keep their numbers."""
+    import numpy as np
+
+    import rs_lightning.analysis.plots as plots
+
+    rng = np.random.default_rng(0)
+    table = [{"env": "rs_lightning/RiskyRewards-v0",
+              "settings": {"agent.name": "dqn", "env.id": "rs_lightning/RiskyRewards-v0",
+                           "learning.lr": float(10 ** rng.uniform(-5, -2))},
+              "scores": {m: list(rng.normal(size=5)) for m in ("utility", "expectation", "var")}}
+             for _ in range(20)]
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: drawn.append(fig))
+    for settings, numbers in ((20, 0), (4, 16)):
+        assert plots.plot_probability_of_improvement(table[:settings], tmp_path / "p.png") == 1
+        fig = drawn.pop()
+        matrices = [ax for ax in fig.axes if ax.get_title()]
+        assert len(matrices) == 3 and all(len(ax.texts) == numbers for ax in matrices)
+        assert all("\n" in ax.get_title() for ax in matrices)
+        ticks = [t.get_text() for t in matrices[0].get_xticklabels()]
+        assert all(len(t.split("=")[-1]) <= 12 for t in ticks), ticks
+        assert len(fig.axes) == 4  # and a colour bar
+
+
+def test_a_wide_table_scrolls_in_its_own_box():
+    from rs_lightning.analysis.report import _html_table
+
+    html = _html_table(["a", "b"], [["1", "2"]], labels=1)
+    assert html.startswith('<div class="wide"><table>') and html.endswith("</table></div>")

@@ -346,3 +346,14 @@ def test_fewer_than_5_seeds_give_their_range_and_say_so():
     (cells,) = table_rows(table, "iqm")
     assert any(cell.endswith("(range 0.100, 0.900)") for cell in cells)
     assert "fewer than 5 seeds gives the seeds' range" in table_notes(table)["iqm"]
+
+
+def test_a_float_setting_is_shown_to_6_significant_digits():
+    from rs_lightning.analysis.results import value_text, varying_keys
+
+    trial = {"learning.lr": 0.00012345678901234567, "agent.name": "dqn"}
+    assert value_text(trial, "learning.lr") == "0.000123457"
+    assert value_text(trial, "agent.name") == "dqn"
+    # Settings that differ beyond the digits shown still get their column.
+    close = {**trial, "learning.lr": 0.00012345678901234}
+    assert varying_keys([trial, close]) == ["learning.lr"]

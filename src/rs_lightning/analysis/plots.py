@@ -64,7 +64,8 @@ def _pyplot():
 def _save(fig, out: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure with its own (constrained) layout keeps it
+        fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -246,6 +247,10 @@ def improvement_matrix(scores: list[list[float]]) -> np.ndarray:
 IMPROVEMENT_METRICS = (("utility", "U[S]"), ("expectation", "E[S]"), ("var", "VaR[S]"))
 
 
+# The largest matrix whose cells carry their number (larger ones overlap: the colour says).
+MAX_CELL_NUMBERS = 8
+
+
 def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> int:
     """For each environment with several rows of the results ``table``, a matrix per metric
     of P(row's seed > column's seed) (rliable's probability of improvement). Returns the
@@ -259,7 +264,7 @@ def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> i
     plt = _pyplot()
     size = max(len(entries) for entries in compared.values())
     fig, axes = plt.subplots(
-        len(compared), len(IMPROVEMENT_METRICS), squeeze=False,
+        len(compared), len(IMPROVEMENT_METRICS), squeeze=False, layout="constrained",
         figsize=(len(IMPROVEMENT_METRICS) * (2.2 + 0.55 * size), 1.2 + (1.0 + 0.45 * size) * len(compared)),
     )
     for line, (env, entries) in enumerate(compared.items()):
@@ -270,12 +275,14 @@ def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> i
                 ax.axis("off")
                 continue
             matrix = improvement_matrix(scores)
-            ax.imshow(matrix, vmin=0, vmax=1, cmap="RdBu")
-            for (i, j), p in np.ndenumerate(matrix):
-                ax.text(j, i, f"{p:.2f}", ha="center", va="center", fontsize=7)
-            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+            image = ax.imshow(matrix, vmin=0, vmax=1, cmap="RdBu")
+            if len(labels) <= MAX_CELL_NUMBERS:  # beyond, the numbers overlap: the colour bar
+                for (i, j), p in np.ndenumerate(matrix):
+                    ax.text(j, i, f"{p:.2f}", ha="center", va="center", fontsize=7)
+            ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
             ax.set_yticks(range(len(labels)), labels if ax is axes[line, 0] else [], fontsize=7)
-            ax.set_title(f"{env.split('/')[-1]}: P(row > column), {name}", fontsize=8)
+            ax.set_title(f"{env.split('/')[-1]}\nP(row > column), {name}", fontsize=8)
+        fig.colorbar(image, ax=list(axes[line]), fraction=0.02, pad=0.02)
     fig.suptitle("Probability of improvement over seeds", fontsize=10)
     _save(fig, out)
     return len(compared)

@@ -239,6 +239,7 @@ th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
 th { background: #f3f3f3; } td.text { text-align: left; }
 figure { margin: 2em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; max-width: 60em; }
+div.wide { overflow-x: auto; max-width: 100%; }
 .note { color: #555; font-size: 0.9em; }
 """
 
@@ -253,7 +254,9 @@ def _html_table(columns: list[str], rows: list[list[str]], labels: int) -> str:
         ) + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # A wide table (many varying settings) scrolls in its own box instead of the page.
+    return (f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def render_html(report: SweepReport) -> str:

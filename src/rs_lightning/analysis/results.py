@@ -274,7 +274,12 @@ def group_by_setting(runs: Iterable[Run], settings: Callable[[Run], dict[str, An
 
 
 def value_text(settings: Mapping[str, Any], key: str) -> str:
-    return str(settings.get(key, MISSING))
+    """A setting's value as a cell: a float to 6 significant digits (an Optuna trial's
+    ``lr`` has 20), anything else as it is."""
+    value = settings.get(key, MISSING)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def varying_keys(settings: list[Mapping[str, Any]]) -> list[str]:
@@ -287,7 +292,7 @@ def varying_keys(settings: list[Mapping[str, Any]]) -> list[str]:
     varying = set()
     for same_names in by_names.values():
         for key in set().union(*same_names) - SHOWN_KEYS:
-            if len({value_text(setting, key) for setting in same_names}) > 1:
+            if len({repr(setting.get(key, MISSING)) for setting in same_names}) > 1:
                 varying.add(key)
     return sorted(varying)
 
