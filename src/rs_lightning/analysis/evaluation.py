@@ -268,6 +268,13 @@ def evaluate_policy(
     (:meth:`~rs_lightning.objectives.Objective.monte_carlo_summary`)."""
     policy = rollout_policy(policy, utility)
     played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
+    return summarize_played(policy, played, utility, rho, seed)
+
+
+def summarize_played(policy, played: PlayedEpisodes, utility: Utility, rho: float,
+                     seed: int) -> dict[str, Any]:
+    """:func:`evaluate_policy`'s figures of episodes already played by the rollout policy
+    ``policy`` (episodes of one policy serve every utility it is judged by)."""
     summary = summarize_returns(played.returns, played.outcomes, utility, rho)
     generator = np.random.default_rng([seed, _EVALUATION_STREAM])
     summary.update(policy.objective.monte_carlo_summary(played.discounted, played.constants,

@@ -26,12 +26,20 @@ What a point means depends on the run:
 from __future__ import annotations
 
 import csv
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rs_lightning.analysis.evaluation import evaluate_policy, grid_policy_table
+from rs_lightning.analysis.evaluation import (
+    PlayedEpisodes,
+    grid_policy_table,
+    play_episodes,
+    rollout_policy,
+    summarize_played,
+)
 from rs_lightning.analysis.runs import TrainedRun, load_run
 from rs_lightning.files import atomic_write, write_json_atomic
 from rs_lightning.references.exact_policies import path_of
@@ -82,9 +90,15 @@ def risk_level(run: TrainedRun, parameter: float | None) -> float:
 
 
 def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
-                     episodes: int, exact_only: bool = False) -> dict[str, Any]:
+                     episodes: int, exact_only: bool = False,
+                     played: dict[str, PlayedEpisodes] | None = None) -> dict[str, Any]:
     """One seed's greedy policy at one setting: Monte Carlo (unless ``exact_only``) and, on
-    the grid worlds, exact figures, the path from the start and the action of every cell."""
+    the grid worlds, exact figures, the path from the start and the action of every cell.
+
+    ``played``: the episodes already played by this seed's policies, by their grid table.
+    On a grid world a policy of the cell alone plays the same episodes (the same seed)
+    whatever setting chose it, so each distinct policy is played once and summarised for
+    each setting that chose it: the figures are those of playing it again."""
     policy = run.module.at(alpha, parameter)
     train = run.run_config.train
     rho = risk_level(run, parameter)
@@ -96,8 +110,18 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
         "rho": rho,
     }
     if not exact_only or not train.env.grid_size:
-        summary = evaluate_policy(policy, train.env, policy.utility, rho, episodes,
-                                  seed=train.seed, batch_envs=train.evaluation.batch_envs)
+        rollout = rollout_policy(policy, policy.utility)
+        key = None
+        if played is not None and train.env.grid_size and rollout.objective.observation_markov:
+            key = json.dumps(grid_policy_table(policy.greedy, train.env.grid_size),
+                             sort_keys=True)
+        episodes_played = played.get(key) if key is not None else None
+        if episodes_played is None:
+            episodes_played = play_episodes(rollout, train.env, episodes, train.seed,
+                                            train.evaluation.batch_envs)
+            if key is not None:
+                played[key] = episodes_played
+        summary = summarize_played(rollout, episodes_played, policy.utility, rho, train.seed)
         row.update({name: summary[name] for name in MEASURES})
         if "risk_outcome" in summary:
             row["risk_outcome"] = summary["risk_outcome"]
@@ -145,20 +169,42 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 PATH_CODES = {"green": 0, "orange": 1, "neither": 2}
 
 
+def exact_switch_points(run_config) -> list[float]:
+    """The alphas at which the exact per-decision fixed point of the run's risk measure
+    changes its path from the start, on a grid world and for a measure with a closed form on
+    its laws (VaR, CVaR, E); else none."""
+    from rs_lightning.references.exact_policies import (
+        CLOSED_FORM_RISKS,
+        per_decision_switch_points,
+    )
+    from rs_lightning.references.ground_truth import GridWorldReferences
+
+    train, utility = run_config.train, run_config.utility
+    if not train.env.grid_size or utility.risk not in (*CLOSED_FORM_RISKS, "expectation"):
+        return []
+    world = GridWorldReferences(train.env, train.rho).world
+    return [point.alpha for point in
+            per_decision_switch_points(world, utility, gamma=float(train.env.gamma))]
+
+
 def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path,
-                  title: str) -> None:
-    """E against VaR and CVaR (a point per alpha, the seeds' standard deviation as error
-    bars), the three against alpha (the seeds' range as bands) and, on grid worlds, the path
-    of every seed at every alpha."""
+                  title: str, switch_points: list[float] = ()) -> None:
+    """E against VaR and CVaR (a point per alpha, coloured by alpha, the seeds' standard
+    deviation as error bars), the three against alpha (the seeds' range as bands) and, on
+    grid worlds, the path of every seed at every alpha. Each panel says whether its numbers
+    are exact or Monte Carlo; ``switch_points``: the alphas where the exact per-decision
+    policy changes its path (dashed lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     prefix = "exact_" if all("exact_expectation" in s for s in summary) else ""
+    source = "exact" if prefix else "Monte Carlo"
     has_paths = any("path" in r for r in rows)
     panels = 4 if has_paths else 3
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8))
+    fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels + 0.8, 3.9), layout="constrained")
+    scatter = None
     levels = sorted({s["parameter_value"] for s in summary}, key=lambda v: (v is None, v))
     for level in levels:
         points = sorted((s for s in summary if s["parameter_value"] == level),
@@ -172,17 +218,23 @@ def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], pat
         for ax, risk in zip(axes[:2], ("var", "cvar")):
             ax.errorbar(series(risk), series("expectation"), xerr=series(risk, "std"),
                         yerr=series("expectation", "std"), fmt="-", alpha=0.4)
-            ax.scatter(series(risk), series("expectation"), c=alphas, cmap="viridis",
-                       vmin=0, vmax=1, zorder=3, label=label)
+            scatter = ax.scatter(series(risk), series("expectation"), c=alphas,
+                                 cmap="viridis", vmin=0, vmax=1, zorder=3, label=label)
         for name, colour in (("expectation", "C0"), ("var", "C1"), ("cvar", "C2")):
             axes[2].plot(alphas, series(name), color=colour,
                          label=name if level == levels[0] else None)
             axes[2].fill_between(alphas, series(name, "min"), series(name, "max"),
                                  color=colour, alpha=0.2)
     rho = summary[0]["rho"]
-    axes[0].set(xlabel=f"VaR_{rho:g} of S", ylabel="E[S]", title="E against VaR")
-    axes[1].set(xlabel=f"CVaR_{rho:g} of S", ylabel="E[S]", title="E against CVaR")
-    axes[2].set(xlabel="alpha", ylabel="S", title="against alpha (band: seeds' range)")
+    axes[0].set(xlabel=f"VaR_{rho:g} of S", ylabel="E[S]", title=f"E against VaR ({source})")
+    axes[1].set(xlabel=f"CVaR_{rho:g} of S", ylabel="E[S]", title=f"E against CVaR ({source})")
+    axes[2].set(xlabel="alpha", ylabel="S",
+                title=f"against alpha ({source}; band: seeds' range)")
+    fig.colorbar(scatter, ax=list(axes[:2]), label="alpha", fraction=0.05)
+    for k, alpha in enumerate(switch_points):
+        for ax in axes[2:]:
+            ax.axvline(alpha, color="black", linestyle="--", linewidth=0.9,
+                       label="exact per-decision switch" if k == 0 and ax is axes[2] else None)
     axes[2].legend(fontsize=8)
     if has_paths:
         seeds = sorted({r["seed"] for r in rows})
@@ -203,7 +255,6 @@ def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], pat
         axes[3].set_yticks(range(len(seeds)), [str(s) for s in seeds])
         axes[3].set(xlabel="alpha", ylabel="seed", title="path (green / orange / neither)")
     fig.suptitle(title)
-    fig.tight_layout()
     with atomic_write(path, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
@@ -241,11 +292,21 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
     ``out_dir``; returns what ``frontier.json`` holds."""
     rows = []
     runs = [load_run(d) for d in seed_runs(run_dirs)]
+    settings = len(parameters or [None]) * len(alphas)
+    first = runs[0].run_config
+    if not (exact_only and first.train.env.grid_size):
+        print(f"[rs_lightning] frontier: Monte Carlo of {len(runs)} seed(s) x {settings} "
+              f"setting(s), {episodes} episodes each"
+              + (" (on a grid world each distinct policy is played once; --exact-only "
+                 "skips Monte Carlo)" if first.train.env.grid_size else
+                 "; this can take minutes: fewer --episodes or settings go faster"),
+              file=sys.stderr)
     for run in runs:
+        played: dict[str, PlayedEpisodes] = {}  # this seed's policies, by their grid table
         for parameter in (parameters or [None]):
             for alpha in alphas:
-                rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only))
-    first = runs[0].run_config
+                rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only,
+                                             played))
     conditioned = first.agent.risk_conditioned
     result = {
         "runs": [str(d) for d in run_dirs],
@@ -258,6 +319,8 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         "episodes": 0 if exact_only else episodes,
         "summary": summarize(rows),
         "rows": rows,
+        # Where the exact per-decision policy changes its path (grid worlds, VaR / CVaR / E).
+        "exact_switch_alphas": exact_switch_points(first),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "frontier.json", result)
@@ -266,7 +329,7 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         kind = "risk-conditioned" if conditioned else "re-weighed"
         plot_frontier(result["summary"], rows, out_dir / "frontier.png",
                       f"{first.agent.name} ({kind}) on {first.train.env.id}, "
-                      f"{len(runs)} seed(s)")
+                      f"{len(runs)} seed(s)", result["exact_switch_alphas"])
     if wandb != "off":
         log_frontier_to_wandb(result, out_dir, first.train.logger, wandb)
     return result
