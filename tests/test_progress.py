@@ -101,3 +101,21 @@ def test_terminal_width_is_known_only_on_a_terminal(monkeypatch):
         # A fresh pseudo-terminal has no size (0 columns): no width, so plain lines.
         assert terminal_width(terminal) in (None, os.get_terminal_size(child).columns)
     os.close(parent)
+
+
+def test_the_evaluation_bar_writes_one_plain_line_where_stderr_is_no_terminal(capsys):
+    """A log file or a pipe gets no carriage-return frames of the bar, one line instead."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from rs_lightning.analysis.evaluation import evaluate_policy
+    from rs_lightning.risk import Utility
+
+    env = OmegaConf.create({"id": "rs_lightning/RiskyRewards-v0", "kwargs": {"max_steps": 10},
+                            "gamma": 0.9, "grid_size": 3})
+    right = lambda obs: torch.zeros(len(obs), dtype=torch.long)  # noqa: E731
+    evaluate_policy(right, env, Utility(1.0), 0.1, 1200, seed=0, batch_envs=100, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("evaluation: 1200 episodes in ") and "E=" in line

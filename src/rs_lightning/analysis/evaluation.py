@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -169,12 +170,17 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
 
 
 class _EpisodeProgress:
-    """A tqdm bar over evaluation episodes with the running mean of S and R_s."""
+    """A tqdm bar over evaluation episodes with the running mean of S and R_s, on a
+    terminal; elsewhere (a log file, a pipe) one plain line when it ends, not the bar's
+    carriage-return frames."""
 
     def __init__(self, episodes: int, refresh_every: int = 500) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=episodes, desc="evaluation", unit="episode", dynamic_ncols=True)
+        self.in_place = sys.stderr.isatty()
+        self.started = time.perf_counter()
+        self.bar = tqdm(total=episodes, desc="evaluation", unit="episode", dynamic_ncols=True,
+                        disable=not self.in_place)
         self.refresh_every = refresh_every
         self.count = 0
         self.return_sum = 0.0
@@ -197,6 +203,12 @@ class _EpisodeProgress:
     def close(self) -> None:
         self.bar.update(self.count - self.bar.n)
         self.bar.close()
+        if not self.in_place and self.count:
+            shown = f"E={self.return_sum / self.count:.3g}"
+            if self.outcome_count:
+                shown += f" R_s={self.outcome_sum / self.outcome_count:.3g}"
+            print(f"evaluation: {self.count} episodes in "
+                  f"{time.perf_counter() - self.started:.1f} s, {shown}", file=sys.stderr)
 
 
 def summarize_returns(

@@ -511,7 +511,10 @@ def table_notes(table: list[dict[str, Any]]) -> dict[str, str]:
         "mean": "Mean ± standard deviation over seeds of the greedy policy's evaluation (Monte "
                 "Carlo episodes per seed: see each eval.json); the paper's number in brackets "
                 f"(after {PAPER_BUDGET:,} updates; the updates column gives each row's budget). "
-                "R_s: +1 green path, -1 orange." + (
+                "R_s: +1 green path, -1 orange. Every run of a seed plays its evaluation "
+                "episodes from the same environment seed (common random numbers): runs that "
+                "end with the same greedy policy, of any length, show identical Monte Carlo "
+                "numbers." + (
                     " A risk-conditioned agent learned one network for a range of settings: "
                     "its rows are its greedy policy at the run's own alpha and rho "
                     "(python -m rs_lightning.frontier <run> evaluates it at others)."
