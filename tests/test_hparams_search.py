@@ -52,6 +52,8 @@ def trial_folders(sweep_dir):
 
 def test_study_tunes_lr_and_alpha_for_cvar_and_keeps_its_best_trial(study):
     sweep_dir, stderr = study
+    # Its stderr is a pipe: no colour codes (Optuna colours its lines unless NO_COLOR).
+    assert "\x1b[" not in stderr and "A new study created" in stderr
     jobs = trial_folders(sweep_dir)
     assert len(jobs) == TRIALS
     # Each trial's objective: the best CVaR_0.1 of its evaluations (periodic and final).

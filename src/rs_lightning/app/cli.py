@@ -185,6 +185,10 @@ def run_command(hydra_main: Callable[[], Any], argv: list[str] | None = None,
     ``config_dir``: its config folder, whose group files chosen on the command line are
     checked first."""
     argv = sys.argv[1:] if argv is None else argv
+    if not sys.stderr.isatty():
+        # A log file or a pipe: no colour codes (Optuna's logger colours whatever its stream
+        # is unless NO_COLOR is set, the common convention, which jobs inherit too).
+        os.environ.setdefault("NO_COLOR", "1")
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         hydra_main()
         return 0
