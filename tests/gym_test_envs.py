@@ -133,8 +133,23 @@ class Faulty(gym.Env):
         return obs, reward, done, False, {}
 
 
+class NeverEnds(gym.Env):
+    """No step ends an episode and no time limit is registered (a continuing task)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.full(2, 0.5 * (action - 0.5), np.float32), 0.0, False, False, {}
+
+
 for _id, _entry, _limit in (("TinyImage-v0", TinyImage, None),
                             ("Faulty-v0", Faulty, None),
+                            ("NeverEnds-v0", NeverEnds, None),
                             ("ShiftedCounter-v0", ShiftedCounter, None),
                             ("Unbounded-v0", Unbounded, None),
                             ("ImageCorridor-v0", ImageCorridor, ImageCorridor.spec_max_steps),

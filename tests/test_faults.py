@@ -247,6 +247,14 @@ def eval_files(folder, members: int) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in names}
 
 
+def histories(folder, members: int) -> dict[str, list[dict]]:
+    """Each member's eval_history.jsonl without its wall times (``train_seconds``)."""
+    names = (["eval_history.jsonl"] if members == 1
+             else [f"seed_{s}/eval_history.jsonl" for s in range(members)])
+    return {name: [{k: v for k, v in record.items() if k != "train_seconds"}
+                   for record in read_jsonl(folder / name)] for name in names}
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The eval.json files of the uninterrupted runs, for one seed and for two."""
@@ -262,6 +270,7 @@ def uninterrupted(tmp_path_factory):
             cfg = hydra_compose("train", [*PHASED, f"parallel_seeds={members}"])
         run(cfg, run_dir=folder)
         results[members] = eval_files(folder, members)
+        results[f"history {members}"] = histories(folder, members)
     return results
 
 
@@ -364,6 +373,39 @@ def test_a_stop_signal_in_any_phase_is_one_line_and_the_same_command_resumes(
     assert [signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)] == handlers
     assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 0
     assert eval_files(tmp_path, members) == uninterrupted[members]
+    # A periodic evaluation the signal gave up is made first on resume: the same history.
+    assert histories(tmp_path, members) == uninterrupted[f"history {members}"]
+
+
+def test_a_signal_gives_up_a_periodic_evaluation_of_episodes_that_never_end(
+        compose, tmp_path, monkeypatch, capsys):
+    """An environment without a time limit: each evaluation episode runs to the 100,000-step
+    cap. SIGTERM in a periodic evaluation ends the run within seconds (before: after the
+    capped episodes), and its checkpoint keeps the evaluation pending."""
+    import rs_lightning.analysis.periodic_evaluation as periodic
+
+    real = periodic.evaluate_policy
+    sent = []
+
+    def signalled(*args, **kwargs):
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    overrides = ["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                 "env=gym", "env.id=tests.gym_test_envs:NeverEnds-v0", "env.return_min=-1",
+                 "env.return_max=1", "env.reward_scale=1", "trainer.max_steps=100",
+                 "evaluation.every_n_steps=50", "evaluation.episodes_during_training=4",
+                 "evaluation.batch_envs=1"]
+    with monkeypatch.context() as patch:
+        patch.setattr(periodic, "evaluate_policy", signalled)
+        assert run_job_here(compose, overrides, tmp_path, monkeypatch) == 143
+    assert time.perf_counter() - sent[0] < 5.0
+    (line,) = fault_lines(capsys)
+    assert line.startswith("Stopped by SIGTERM: ") and "last.ckpt (update 50)" in line
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    (pending,) = [c["pending"] for c in state["callbacks"].values() if "pending" in c]
+    assert pending["step"] == 50 and pending["members_done"] == 0
 
 
 # ---------------------------------------------------------------- damaged files in a run folder

@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -94,8 +95,13 @@ class PlayedEpisodes(NamedTuple):
 EPISODE_STEP_CAP = 100_000
 
 
+class EvaluationStopped(Exception):
+    """An evaluation given up at its ``stop`` signal (a SIGTERM during training)."""
+
+
 def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int = 1000,
-                  progress: bool = False) -> PlayedEpisodes:
+                  progress: bool = False, stop: Callable[[], bool] | None = None
+                  ) -> PlayedEpisodes:
     """Run ``episodes`` episodes of a member's greedy policy (a rollout policy of one member,
     :func:`rollout_policy`): the training's rollout step with epsilon 0.
 
@@ -103,7 +109,9 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
     play them side by side, with the objective's episode state; a copy whose episode ends
     starts the next one, reset with that episode's seed. ``progress`` shows a bar with
     episodes per second and the running mean return and R_s. An episode still running after
-    :data:`EPISODE_STEP_CAP` steps is cut there (its R_s is NaN), with a warning.
+    :data:`EPISODE_STEP_CAP` steps is cut there (its R_s is NaN), with a warning. ``stop``,
+    asked before every step of the copies, gives the evaluation up (:class:`EvaluationStopped`)
+    when it says so: a signal need not wait for episodes that take long to end.
     """
     n = min(episodes, batch_envs)
     seeds = episode_seeds(seed, episodes)
@@ -124,6 +132,11 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
     active = np.ones(n, dtype=bool)
     next_episode = n
     while active.any():
+        if stop is not None and stop():
+            if bar is not None:
+                bar.close()
+            raise EvaluationStopped(f"the evaluation was stopped after {next_episode - n} of "
+                                    f"{episodes} episodes had started and ended")
         step = rollout.step(policy, 0)
         if step.constants is not None:
             if constants is None:
@@ -274,12 +287,14 @@ def evaluate_policy(
     seed: int,
     batch_envs: int = 1000,
     progress: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Monte Carlo figures of a member's greedy policy, or of a greedy function
     (:func:`rollout_policy`; :func:`summarize_returns`), with what its objective adds
-    (:meth:`~rs_lightning.objectives.Objective.monte_carlo_summary`)."""
+    (:meth:`~rs_lightning.objectives.Objective.monte_carlo_summary`); ``stop``: as for
+    :func:`play_episodes`."""
     policy = rollout_policy(policy, utility)
-    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress)
+    played = play_episodes(policy, env_config, episodes, seed, batch_envs, progress, stop)
     return summarize_played(policy, played, utility, rho, seed)
 
 

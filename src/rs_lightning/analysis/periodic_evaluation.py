@@ -4,12 +4,14 @@ composition root registers: the engine itself knows no evaluation)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from rs_lightning.analysis.evaluation import evaluate_policy
+from rs_lightning.analysis.evaluation import EvaluationStopped, evaluate_policy
 from rs_lightning.files import append_jsonl
 from rs_lightning.references.ground_truth import (
     exact_policy_metrics,
@@ -51,33 +53,65 @@ class PeriodicEvaluation(pl.Callback):
         self.support_checked = False
         self.stop_at_return = stop_at_return
         self.stopped_at: int | None = None  # the update whose evaluation reached the target
+        self.pending: dict | None = None  # the evaluation under way (or stopped by SIGTERM)
+        self.shown: dict[str, list[float]] = {}  # its members' metrics so far
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if self.every_n_steps <= 0 or step % self.every_n_steps:
             return
         experience = pl_module.last_experience  # what the update learned from
-        shown: dict[str, list[float]] = {}
-        train_seconds = pl_module.clock.seconds()  # the members' evaluations share one time
-        with pl_module.clock.paused():
-            for k, seed in enumerate(self.seeds):
-                metrics = evaluate_during_training(
-                    pl_module.member(k), self.env_config, self.rho, self.episodes, seed,
-                    self.batch_envs, step, experience.env_steps, self.history_paths[k], train_seconds,
-                )
-                for logger in pl_module.member_loggers[k]:
-                    logger.log_metrics(metrics, step=step)
-                for name, value in metrics.items():
-                    shown.setdefault(name, []).append(value)
-        pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
+        # The members' evaluations share one time.
+        self.pending = {"step": step, "env_steps": experience.env_steps,
+                        "train_seconds": pl_module.clock.seconds(), "members_done": 0}
+        self._evaluate(trainer, pl_module)
         if not self.support_checked and settled(step, trainer.max_steps,
                                                 pl_module.learning.target_update_period):
             self.support_checked = True
             warn_of_mass_at_support_ends(pl_module, experience.transitions.obs, step)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # A SIGTERM stopped the evaluation of the update the run resumes from: finish it
+        # first (its members not yet evaluated), so that the history is the uninterrupted one.
+        if self.pending is not None:
+            self._evaluate(trainer, pl_module)
+
+    def _evaluate(self, trainer, pl_module) -> None:
+        """The evaluation ``self.pending`` describes, from its first member not yet done. A
+        SIGTERM gives it up at once (the members' episodes may take long to end): the
+        checkpoint then keeps it pending (:meth:`state_dict`)."""
+        pending = self.pending
+        step = pending["step"]
+        with pl_module.clock.paused():
+            for k in range(pending["members_done"], len(self.seeds)):
+                try:
+                    metrics = evaluate_during_training(
+                        pl_module.member(k), self.env_config, self.rho, self.episodes,
+                        self.seeds[k], self.batch_envs, step, pending["env_steps"],
+                        self.history_paths[k], pending["train_seconds"],
+                        stop=lambda: trainer.received_sigterm)
+                except EvaluationStopped:
+                    raise SIGTERMException() from None  # saved, and reported as any SIGTERM
+                pending["members_done"] = k + 1
+                for logger in pl_module.member_loggers[k]:
+                    logger.log_metrics(metrics, step=step)
+                for name, value in metrics.items():
+                    self.shown.setdefault(name, []).append(value)
+        shown, self.shown, self.pending = self.shown, {}, None
+        pl_module.live_metrics.update({name: float(sum(v) / len(v)) for name, v in shown.items()})
         target = self.stop_at_return
         if target is not None and all(value >= target for value in shown["eval/expectation"]):
             self.stopped_at = step
             trainer.should_stop = True
+
+    def state_dict(self) -> dict:
+        # Plain numbers and lists: a checkpoint holds no objects.
+        return {} if self.pending is None else {"pending": dict(self.pending),
+                                                "shown": dict(self.shown)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.pending = dict(state_dict["pending"]) if "pending" in state_dict else None
+        self.shown = {k: list(v) for k, v in state_dict.get("shown", {}).items()}
 
 
 def settled(step: int, max_steps: int, target_update_period: int) -> bool:
@@ -116,14 +150,14 @@ def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
 def evaluate_during_training(module, env_config, rho: float, episodes: int, seed: int,
                              batch_envs: int, step: int, env_steps: int,
                              history_path: Path | None, train_seconds: float | None = None,
-                             ) -> dict[str, float]:
+                             stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """One periodic evaluation of ``module``'s greedy policy: appended to ``history_path``
     (one JSON line, learning curves that need no logger to survive) and returned as
     ``eval/*`` metrics. ``train_seconds``: wall seconds of training so far, the periodic
     evaluations left out (the run's :class:`~rs_lightning.engine.learner.TrainingClock`),
     recorded as ``train_seconds``."""
     summary = evaluate_policy(module, env_config, module.utility, rho, episodes, seed,
-                              batch_envs)
+                              batch_envs, stop=stop)
     if module.objective.observation_markov:  # the exact laws are those of cell policies
         summary.update(exact_policy_metrics(module.greedy, env_config, module.utility, rho) or {})
         summary.update(start_state_distances(module, env_config) or {})
