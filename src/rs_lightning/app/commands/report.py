@@ -20,6 +20,7 @@ from rs_lightning.analysis.wandb_support import (
     ONLINE_INIT_TIMEOUT,
     wandb_online_problem,
 )
+from rs_lightning.app.commands import left_out_status
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -61,7 +62,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for figure in report.figures:
         print(f"figure: {figure.path}")
     print(f"report: {report.html_path}")
-    status = _report_status(report)
+    status = left_out_status("report", report.damaged)
     if args.sync:
         return sync_to_wandb(report) or status
     if args.wandb != "off":
@@ -75,15 +76,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.wandb_report:
         return create_wandb_report(report) or status
     return status
-
-
-def _report_status(report) -> int:
-    """1 when the report leaves out runs whose files could not be read (each named above)."""
-    if report.damaged:
-        print(f"error: the report leaves out {len(report.damaged)} run(s) whose files could "
-              "not be read (listed above)", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

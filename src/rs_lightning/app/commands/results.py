@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rs_lightning.analysis import results as _analysis
 from rs_lightning.analysis.results import collect_all, no_runs_message, write_table
+from rs_lightning.app.commands import left_out_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot write the table into {out}: {error.strerror or error}",
               file=sys.stderr)
         return 2
-    if rows.damaged:
-        print(f"error: the table leaves out {len(rows.damaged)} run(s) whose files could not "
-              "be read (listed above)", file=sys.stderr)
-        return 1
-    return 0
+    return left_out_status("table", rows.damaged)
 
 
 if __name__ == "__main__":
