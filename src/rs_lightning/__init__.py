@@ -2,7 +2,9 @@
 
 The packages are the layers (docs/architecture.md): ``risk``, ``objectives``, ``agents``,
 ``envs`` and ``references`` (the core), ``engine`` and ``config``, ``analysis``, ``app``.
-Importing this package runs nothing but the registration of the finder below.
+Importing this package runs nothing but the registration of the finder below;
+``rs_lightning.load_agent`` and ``rs_lightning.load_runs`` (the Python API of trained agents,
+:mod:`rs_lightning.analysis.api`) are imported when first used.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ import importlib.util
 import sys
 
 __version__ = "0.1.0"
+
+# The Python API of trained agents (rs_lightning.analysis.api), imported on first use so
+# that importing the package stays light.
+API = ("load_agent", "load_runs", "TrainedAgent", "ActionLaws")
+
+
+def __getattr__(name: str):
+    if name in API:
+        from rs_lightning.analysis import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rs_lightning' has no attribute {name!r}")
 
 # `python -m rs_lightning.<tool>`, as the README's commands run the tools, keeps working now
 # that they live in packages: the old name runs the tool's command line

@@ -1,0 +1,107 @@
+"""The Python API of trained agents and runs (rs_lightning.load_agent, load_runs), on a run
+of every agent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rs_lightning
+from rs_lightning.agents import AGENTS
+
+# Every cell of the 3 x 3 grid worlds: the observations of the default environment.
+CELLS = np.array([[x, y] for x in range(3) for y in range(3)], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A short run of every agent (risky rewards, CVaR_0.1 at alpha 0.5)."""
+    from hydra import compose, initialize_config_dir
+
+    from rs_lightning.app.train import run
+    from tests.conftest import CONF
+
+    folders = {}
+    for agent in sorted(AGENTS):
+        folder = tmp_path_factory.mktemp(agent)
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", [f"agent={agent}", "debug=quick", "logger=none",
+                                    "callbacks.progress_bar=false", "trainer.max_steps=40",
+                                    "evaluation.every_n_steps=0", "evaluation.episodes=20",
+                                    "risk=cvar", "alpha=0.5"])
+        run(cfg, run_dir=folder)
+        folders[agent] = folder
+    return folders
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_a_trained_agent_acts_and_shows_its_return_laws(runs, agent):
+    trained = rs_lightning.load_agent(runs[agent])
+    assert trained.config.agent.name == agent and trained.steps == 40
+    actions = trained.act(CELLS)
+    assert actions.shape == (9,) and actions.dtype == np.int64
+    assert ((0 <= actions) & (actions < trained.n_actions)).all()
+    laws = trained.distribution(CELLS)
+    shape = (9, trained.n_actions)
+    assert laws.expectation.shape == laws.var(0.1).shape == laws.cvar(0.1).shape == shape
+    # The quantiles rise with the level, the CDF with the point, from 0 to 1.
+    quantiles = laws.quantiles([0.05, 0.5, 0.95])
+    assert quantiles.shape == (*shape, 3) and (np.diff(quantiles, axis=-1) >= 0).all()
+    cdf = laws.cdf([-100.0, 0.0, 100.0])
+    assert (np.diff(cdf, axis=-1) >= -1e-6).all()
+    assert np.allclose(cdf[..., 0], 0.0) and np.allclose(cdf[..., -1], 1.0, atol=1e-5)
+    # CVaR below the mean; U between them at alpha 0.5, and the agent acts on U (IQN draws
+    # its fractions anew at each call, so its U is another sample than its action's).
+    assert (laws.cvar(0.1) <= laws.expectation + 1e-5).all()
+    assert np.allclose(laws.utility, 0.5 * laws.expectation + 0.5 * laws.cvar(0.1), atol=1e-5)
+    if agent != "iqn":
+        chosen = np.take_along_axis(laws.utility, actions[:, None], axis=1)[:, 0]
+        assert np.allclose(chosen, laws.utility.max(axis=1), atol=1e-6)
+
+
+@pytest.mark.parametrize("agent", ["c51", "dqn"])
+def test_another_setting_and_an_evaluation(runs, agent):
+    trained = rs_lightning.load_agent(runs[agent])
+    neutral = trained.at(alpha=1.0)
+    assert neutral.utility.alpha == 1.0 and trained.utility.alpha == 0.5
+    laws = neutral.distribution(CELLS)
+    if agent == "c51":
+        chosen = np.take_along_axis(laws.expectation, neutral.act(CELLS)[:, None], axis=1)
+        assert np.allclose(chosen[:, 0], laws.expectation.max(axis=1), atol=1e-6)
+    assert trained.at(rho=0.2).utility.params == {"rho": 0.2}
+    with pytest.raises(ValueError, match="eta: not the parameter of risk=cvar; allowed: rho"):
+        trained.at(eta=0.5)
+    summary = trained.evaluate(episodes=50)
+    assert summary["episodes"] == 50
+    assert summary["cvar"] <= summary["expectation"] + 1e-9
+    assert summary == trained.evaluate(episodes=50)  # the run's seed: the same episodes
+
+
+def test_bad_calls_say_what_to_do(runs, tmp_path):
+    trained = rs_lightning.load_agent(runs["dqn"])
+    with pytest.raises(ValueError, match=r"expected a batch \[B, \.\.\.\]"):
+        trained.act([1.0, 0.0])
+    (tmp_path / "seed_0").mkdir()
+    (tmp_path / "seed_0" / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(FileNotFoundError, match="a run of several seeds: load one of its "
+                                                "folders \\(seed_0\\)"):
+        rs_lightning.load_agent(tmp_path)
+
+
+def test_a_sweeps_runs_as_rows(runs, tmp_path):
+    import shutil
+
+    for agent in ("c51", "dqn"):
+        shutil.copytree(runs[agent], tmp_path / f"0_agent={agent}")
+    rows = rs_lightning.load_runs(tmp_path, as_frame=False)
+    assert sorted(row["settings.agent.name"] for row in rows) == ["c51", "dqn"]
+    assert all(isinstance(row["expectation"], float) and row["job"].startswith("0_agent=")
+               for row in rows)
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        assert isinstance(rs_lightning.load_runs(tmp_path), list)
+        with pytest.raises(ImportError, match="needs pandas"):
+            rs_lightning.load_runs(tmp_path, as_frame=True)
+    else:
+        assert len(rs_lightning.load_runs(tmp_path)) == 2
