@@ -14,7 +14,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The Python API of trained agents (rs_lightning.analysis.api), imported on first use so
 # that importing the package stays light.
