@@ -30,6 +30,8 @@ TOOLS = {
               "figures: learned return distributions, learning curves, a grid policy"),
     "gym-results": ("rs_lightning.app.commands.gym_results",
                     "gymnasium results: time to a return, the alpha trade-off, visit maps"),
+    "config-reference": ("rs_lightning.app.config_reference",
+                         "write the config reference (docs/reference/config.md), or --check it"),
 }
 
 

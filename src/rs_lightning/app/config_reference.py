@@ -1,0 +1,292 @@
+"""The config reference, generated: every key of ``conf/`` with its default, its type, the
+values the schema accepts and what it means, as one Markdown page.
+
+    rs-lightning config-reference            # writes docs/reference/config.md
+    rs-lightning config-reference --check    # exit 1 if that page is stale
+
+Nothing on the page is written by hand. The meaning of a key is its comment in the YAML
+(the comment lines just above it and the one after its value); the default and its type
+are the YAML's value; the accepted values are what the checks of
+:mod:`rs_lightning.config.schema` say when they refuse a value (the text of their
+``_require`` and ``_at_most`` calls, read from the source), so the page and the errors use
+the same words. ``tests/test_config_reference.py`` fails when the page is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rs_lightning.config import schema
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "config.md"
+# Hydra's own section: its keys are Hydra's (hydra.cc documents them).
+SKIPPED_SECTIONS = ("hydra", "defaults")
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str  # dotted, e.g. learning.lr
+    default: str  # as the YAML writes it
+    kind: str  # integer, number, true/false, text, list, null, section
+    meaning: str
+
+
+def yaml_keys(path: Path, prefix: str = "") -> list[Key]:
+    """The keys of one YAML file in order, with their comments (a key's comment lines just
+    above it, then the comment after its value) and their defaults."""
+    lines = path.read_text().splitlines()
+    values = yaml.safe_load(path.read_text()) or {}
+    keys: list[Key] = []
+    stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing sections
+    pending: list[str] = []  # comment lines waiting for the key below them
+    inline_column = None  # where the last key's comment after its value began
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            text = stripped.lstrip("#").strip()
+            column = len(line) - len(line.lstrip())
+            if stripped.startswith("#") and inline_column is not None and column >= inline_column:
+                # The comment after the last key's value goes on, under itself.
+                last = keys[-1]
+                keys[-1] = Key(last.path, last.default, last.kind, f"{last.meaning} {text}")
+            elif stripped.startswith("#") and not text.startswith("@package"):
+                pending.append(text)
+                inline_column = None
+            elif not stripped:
+                pending = []
+                inline_column = None
+            continue
+        inline_column = None
+        if stripped.startswith("- ") or ":" not in stripped:
+            pending = []
+            continue
+        indent = len(line) - len(line.lstrip())
+        name = stripped.split(":", 1)[0].strip().strip("'\"")
+        if not name or " " in name:
+            pending = []
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        dotted = ".".join([*(k for _, k in stack), name])
+        rest = stripped.split(":", 1)[1]
+        value_text, _, inline = rest.partition(" #")
+        comment = " ".join([*pending, inline.strip()]).strip()
+        pending = []
+        value = _lookup(values, dotted)
+        if value_text.strip() == "" and isinstance(value, dict):
+            stack.append((indent, name))
+            if dotted.split(".")[0] not in SKIPPED_SECTIONS:
+                keys.append(Key(prefix + dotted, "", "section", comment))
+            continue
+        if dotted.split(".")[0] in SKIPPED_SECTIONS:
+            continue
+        keys.append(Key(prefix + dotted, _shown(value), _kind(value), comment))
+        if inline.strip():
+            inline_column = line.index(" #") + 1
+    return keys
+
+
+def _lookup(values, dotted: str):
+    node = values
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    return "text"
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    return str(value)
+
+
+def accepted_values() -> dict[str, list[str]]:
+    """{key: what the schema's checks say it must be}, from the string arguments of its
+    ``_require`` and ``_at_most`` calls (keys built in a loop over a tuple of names are
+    expanded; the words are those of the errors)."""
+    tree = ast.parse(inspect.getsource(schema))
+    found: dict[str, list[str]] = {}
+
+    def text(node, names: dict[str, str]) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for value in node.values:
+                if isinstance(value, ast.Constant):
+                    parts.append(str(value.value))
+                elif (isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name)
+                      and value.value.id in names):
+                    parts.append(names[value.value.id])
+                else:
+                    parts.append("…")
+            return "".join(parts)
+        return None
+
+    def visit(node, names: dict[str, str]) -> None:
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(
+                node.iter, (ast.Tuple, ast.List)):
+            for element in node.iter.elts:
+                if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                    for child in node.body:
+                        visit(child, {**names, node.target.id: element.value})
+            return
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "_require" and len(node.args) >= 3:
+                key, allowed = text(node.args[1], names), text(node.args[2], names)
+            elif node.func.id == "_one_of" and len(node.args) >= 3:
+                key, options = text(node.args[0], names), constant(node.args[2])
+                allowed = None if options is None else "one of " + ", ".join(map(str, options))
+            elif node.func.id == "_at_most" and len(node.args) >= 4:
+                key, limit = text(node.args[0], names), constant(node.args[2])
+                why = text(node.args[3], names)
+                allowed = (f"at most {'a limit' if limit is None else limit}"
+                           + (f" ({why})" if why else ""))
+            else:
+                key = allowed = None
+            if key and allowed and "…" not in key:
+                found.setdefault(key, [])
+                if allowed not in found[key]:
+                    found[key].append(allowed)
+        for child in ast.iter_child_nodes(node):
+            visit(child, names)
+
+    def constant(node):
+        """The value of an expression of the schema's own constants (a tuple of names, a
+        limit), or None where it depends on the config being checked."""
+        try:
+            return eval(compile(ast.Expression(node), "schema", "eval"), vars(schema))  # noqa: S307 (our own source)
+        except Exception:  # noqa: BLE001 (self.<key> and the like: not a constant)
+            return None
+
+    visit(tree, {})
+    return found
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(keys: list[Key], accepted: dict[str, list[str]], rename=lambda k: k) -> list[str]:
+    rows = ["| key | default | type | accepted | meaning |", "|---|---|---|---|---|"]
+    for key in keys:
+        if key.kind == "section":
+            continue
+        name = rename(key.path)
+        allowed = "; ".join(accepted.get(name, []))
+        rows.append(f"| `{name}` | `{_cell(key.default)}` | {key.kind} | {_cell(allowed)} | "
+                    f"{_cell(key.meaning)} |")
+    return rows
+
+
+def render() -> str:
+    """The whole page."""
+    accepted = accepted_values()
+    main = yaml_keys(CONF / "train.yaml")
+    out = ["# Configuration reference", "",
+           "Generated from `conf/` and the checks of `src/rs_lightning/config/schema.py` by "
+           "`rs-lightning config-reference`; do not edit it by hand "
+           "(`tests/test_config_reference.py` fails when it is stale). Any key is set on the "
+           "command line as `key=value` (`python train.py learning.lr=3e-4`), a group's option "
+           "as `group=option` (`python train.py agent=c51`). *Accepted* gives the words of "
+           "the error a refused value gets; a key without them takes any value of its type.",
+           ""]
+    sections: dict[str, list[Key]] = {}
+    for key in main:
+        top = key.path.split(".")[0]
+        sections.setdefault(top if "." in key.path or key.kind == "section" else "", []).append(key)
+    out += ["## Top-level keys (`conf/train.yaml`)", "",
+            *_table(sections.pop("", []), accepted), ""]
+    for section, keys in sections.items():
+        heading = next((k for k in keys if k.path == section and k.kind == "section"), None)
+        out += [f"### `{section}`", ""]
+        if heading is not None and heading.meaning:
+            out += [heading.meaning, ""]
+        out += [*_table(keys, accepted), ""]
+    for group in sorted(p for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"):
+        options = sorted(group.glob("*.yaml"))
+        if not options:
+            continue
+        out += [f"## The `{group.name}` group (`{group.name}=<option>`)", ""]
+        for option in options:
+            keys = yaml_keys(option)
+            first = _first_comment(option)
+            out += [f"### `{group.name}={option.stem}`", ""]
+            if first:
+                out += [first, ""]
+            if any(k.kind != "section" for k in keys) and not _is_global(option):
+                out += [*_table(keys, accepted, rename=lambda k, g=group.name: f"{g}.{k}"), ""]
+            elif any(k.kind != "section" for k in keys):
+                out += ["Sets these keys:", "", *_table(keys, accepted), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _is_global(path: Path) -> bool:
+    return "@package _global_" in path.read_text().split("\n", 3)[0]
+
+
+def _first_comment(path: Path) -> str:
+    """The file's opening comment (its first comment lines), as one paragraph."""
+    lines = []
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# @package"):
+            continue
+        if not stripped.startswith("#"):
+            break
+        lines.append(stripped.lstrip("#").strip())
+    return " ".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1, writing nothing, if the page is not what conf/ gives")
+    parser.add_argument("--out", type=Path, default=PAGE, help=f"the page (default {PAGE})")
+    args = parser.parse_args(argv)
+    page = render()
+    if args.check:
+        if not args.out.is_file() or args.out.read_text() != page:
+            print(f"error: {args.out} is stale: run rs-lightning config-reference",
+                  file=sys.stderr)
+            return 1
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(page)
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

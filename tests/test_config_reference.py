@@ -1,0 +1,46 @@
+"""The config reference page is generated from conf/ and the schema's checks, and current."""
+
+from __future__ import annotations
+
+from rs_lightning.app.config_reference import PAGE, accepted_values, main, render, yaml_keys
+from tests.conftest import CONF
+
+
+def test_the_committed_page_is_what_conf_gives():
+    # Stale after a change to conf/ or to the schema's checks: run
+    # `rs-lightning config-reference` and commit docs/reference/config.md.
+    assert PAGE.read_text() == render()
+    assert main(["--check"]) == 0
+
+
+def test_every_key_of_the_default_config_is_on_the_page(compose):
+    from omegaconf import OmegaConf
+
+    page = render()
+    flat = OmegaConf.to_container(compose([]), resolve=False)
+
+    def leaves(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"
+
+    missing = [key for key in leaves(flat) if f"`{key}`" not in page]
+    assert not missing, missing
+
+
+def test_comments_defaults_and_the_schemas_words_reach_the_page(tmp_path):
+    keys = {k.path: k for k in yaml_keys(CONF / "train.yaml")}
+    assert keys["learning.lr"].default == "0.0001" and keys["learning.lr"].kind == "number"
+    assert keys["learning.target_update_period"].meaning == (
+        "gradient updates between target-network copies")
+    assert keys["alpha"].meaning.startswith("Utility U = alpha * E[Z]")
+    accepted = accepted_values()
+    assert accepted["alpha"] == ["in [0, 1]"]
+    assert accepted["learning.on_non_finite"] == ["one of stop, skip"]
+    assert "a positive integer" in accepted["learning.batch_size"]  # a key named in a loop
+    # A stale page is refused with one line.
+    stale = tmp_path / "config.md"
+    stale.write_text(render().replace("`learning.lr`", "`learning.rate`"))
+    assert main(["--check", "--out", str(stale)]) == 1
