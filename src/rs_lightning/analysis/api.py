@@ -12,7 +12,7 @@ distributions, evaluate it, and list a sweep's runs.
     agent.evaluate(episodes=1000)                                  # Monte Carlo E, VaR, CVaR, U
     rs_lightning.load_runs("outputs/multirun/<sweep>")             # one row per finished run
 
-Observations are what the run's environment returns (``rs_lightning.envs.factory.make_env``
+Observations are what the run's environment returns (`rs_lightning.envs.factory.make_env`
 of the run's ``env`` config: the grid worlds' (x, y) cells, gymnasium's Box observations,
 one-hot rows for Discrete ones), a batch ``[B, ...]`` as a NumPy array, a tensor or nested
 lists. Loading reads the checkpoint as data only (no code can run from it), as every tool
@@ -85,7 +85,7 @@ class TrainedAgent:
 
     ``config`` is the run's validated config, ``steps`` and ``env_steps`` what its
     checkpoint had done. A risk-conditioned agent acts at any setting within the ranges it
-    trained on; any other agent re-weighs the one law it learned (:meth:`at`)."""
+    trained on; any other agent re-weighs the one law it learned (`at`)."""
 
     policy: MemberPolicy
     run: TrainedRun
@@ -133,7 +133,7 @@ class TrainedAgent:
         return _numpy(self.policy.greedy(_batch(observations))).astype(np.int64)
 
     def distribution(self, observations) -> ActionLaws:
-        """The learned Z(s, a) of every action of each observation (:class:`ActionLaws`)."""
+        """The learned Z(s, a) of every action of each observation (`ActionLaws`)."""
         law = self.policy.return_distribution(_batch(observations))
         return ActionLaws(ReturnDistribution(law.values.detach(), law.probs.detach()),
                           self.utility)
