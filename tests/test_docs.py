@@ -25,3 +25,59 @@ def test_the_site_builds_strictly(tmp_path):
     api = (tmp_path / "api" / "index.html").read_text()
     assert "load_agent" in api and "ActionLaws" in api  # the reference from the docstrings
     assert "0.2.0" in (tmp_path / "changelog" / "index.html").read_text()
+
+
+def shell_commands(page):
+    """The commands of a page's ```bash blocks, in order, without their comments, each with
+    its block's number; those marked ``# long`` are left out."""
+    commands, block, inside = [], 0, False
+    for line in page.read_text().splitlines():
+        if line.strip().startswith("```"):
+            inside = line.strip() == "```bash"
+            block += inside
+            continue
+        code, _, comment = line.partition("  #")
+        if inside and code.strip() and not code.strip().startswith("#") and "long" not in comment:
+            commands.append((block, code.strip()))
+    return commands
+
+
+def is_quick(command: str) -> bool:
+    return "debug=quick" in command or command.startswith("rs-lightning ")
+
+
+QUICK_PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md"))
+               if any(is_quick(command) for _, command in shell_commands(page))]
+
+
+@pytest.mark.parametrize("page", QUICK_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_quick_commands_of_a_page_run_and_write_their_files(page, tmp_path):
+    """Each command that trains with debug=quick runs into a folder of its own (a run's
+    eval.json, a sweep's jobs); a later command of the same block that names a folder by a
+    placeholder (``outputs/multirun/<date>_<time>``) gets that folder, and ``rs-lightning
+    report`` must write its page."""
+    import re
+    import shlex
+
+    commands = [(b, c) for b, c in shell_commands(page) if is_quick(c)]
+    env = dict(os.environ, WANDB_MODE="offline")
+    made: dict[int, object] = {}
+    for number, (block, command) in enumerate(commands):
+        words = shlex.split(command)
+        if words[:2] == ["python", "train.py"]:
+            sweep = "-m" in words
+            folder = tmp_path / f"{'sweep' if sweep else 'run'}_{number}"
+            words = [sys.executable, str(ROOT / "train.py"), *words[2:],
+                     f"hydra.{'sweep' if sweep else 'run'}.dir={folder}"]
+            made[block] = folder
+        elif words[0] == "rs-lightning":
+            words = [sys.executable, "-m", "rs_lightning.app.console", *words[1:]]
+            words = [str(made[block]) if re.search(r"<[^>]+>", w) else w for w in words]
+        result = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                                env=env, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
+        if words[1:2] == [str(ROOT / "train.py")]:
+            written = list(made[block].glob("eval.json")) + list(made[block].glob("*/eval.json"))
+            assert written, f"{command}: no eval.json in {made[block]}"
+        if words[3:4] == ["report"]:
+            assert (made[block] / "report" / "report.html").is_file(), command
