@@ -102,7 +102,8 @@ def test_evaluation_progress_bar_counts_every_episode(capsys):
     policy = table_policy(PAPER_PATHS[name]["green"])
     evaluate_policy(policy, env_config(name), Utility(1.0), 0.1, episodes=1200, seed=0, progress=True)
     err = capsys.readouterr().err
-    assert "evaluation" in err and "1200/1200" in err and "R_s=1" in err
+    # Not a terminal here: the bar's one plain line at its end (tests/test_progress.py).
+    assert "evaluation: 1200 episodes in " in err and "R_s=1" in err
 
 
 def two_stage_config():
