@@ -530,3 +530,30 @@ def test_without_home_w_and_b_stays_quiet(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) <= 2, "\n".join(lines)
     assert list((tmp_path / "run").glob("wandb/offline-run-*"))
+
+
+def test_metrics_of_a_run_stopped_in_a_periodic_evaluation_are_the_uninterrupted_ones(
+        compose, tmp_path, monkeypatch, capsys):
+    """The given-up evaluation is logged on resume at the checkpoint's own step, beside the
+    rows the run logged there before the signal: metrics.csv has every row of the
+    uninterrupted run, in its order."""
+    import rs_lightning.analysis.periodic_evaluation as periodic
+    from tests.test_train import csv_steps
+
+    overrides = [*PHASED, "logger=csv"]
+    run(compose(overrides), run_dir=tmp_path / "full")
+    real = periodic.evaluate_policy
+    calls = []
+
+    def signalled(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the evaluation of update 200, the last periodic one
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(periodic, "evaluate_policy", signalled)
+        assert run_job_here(compose, overrides, tmp_path / "stopped", monkeypatch) == 143
+    assert run_job_here(compose, overrides, tmp_path / "stopped", monkeypatch) == 0
+    assert csv_steps(tmp_path / "stopped") == csv_steps(tmp_path / "full")
+    assert histories(tmp_path / "stopped", 1) == histories(tmp_path / "full", 1)

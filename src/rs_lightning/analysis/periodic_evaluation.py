@@ -70,9 +70,11 @@ class PeriodicEvaluation(pl.Callback):
             self.support_checked = True
             warn_of_mass_at_support_ends(pl_module, experience.transitions.obs, step)
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer, pl_module) -> None:
         # A SIGTERM stopped the evaluation of the update the run resumes from: finish it
         # first (its members not yet evaluated), so that the history is the uninterrupted one.
+        # Here, not at the training's start: a run stopped in its last update's evaluation
+        # resumes with no update left, and Lightning then starts no training.
         if self.pending is not None:
             self._evaluate(trainer, pl_module)
 

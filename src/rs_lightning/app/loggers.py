@@ -20,8 +20,13 @@ from rs_lightning.config.schema import ValidatedConfig
 
 class _ResumingCSVWriter(ExperimentWriter):
     """Lightning's CSV writer, except that the ``metrics.csv`` of the run being resumed is kept
-    (Lightning's deletes it): its rows stay, and those at or after the first step the resumed
-    run logs again (the steps after its checkpoint) give way to the new ones."""
+    (Lightning's deletes it): its rows up to the checkpoint's step (``resume_step``) stay, and
+    those after it give way to the resumed run's. (A periodic evaluation that a signal gave up
+    is logged at the checkpoint's own step, beside the rows logged there before.)"""
+
+    def __init__(self, log_dir: str, resume_step: int | None = None) -> None:
+        self.resume_step = resume_step
+        super().__init__(log_dir=log_dir)
 
     def _check_log_dir_exists(self) -> None:
         self._earlier: list[dict[str, str]] = []
@@ -34,8 +39,12 @@ class _ResumingCSVWriter(ExperimentWriter):
 
     def save(self) -> None:
         if self._earlier and self.metrics:
-            first = min(int(row["step"]) for row in self.metrics)
-            kept = [row for row in self._earlier if row.get("step") and float(row["step"]) < first]
+            if self.resume_step is not None:
+                kept = [row for row in self._earlier
+                        if row.get("step") and float(row["step"]) <= self.resume_step]
+            else:  # the steps the resumed run logs again give way
+                first = min(int(row["step"]) for row in self.metrics)
+                kept = [row for row in self._earlier if row.get("step") and float(row["step"]) < first]
             with open(self.metrics_file_path, "w", newline="") as file:
                 writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
                 writer.writeheader()
@@ -45,13 +54,19 @@ class _ResumingCSVWriter(ExperimentWriter):
 
 
 class ResumingCSVLogger(CSVLogger):
-    """A CSVLogger whose resumed run appends to the metrics it logged before (see above)."""
+    """A CSVLogger whose resumed run appends to the metrics it logged before (see above);
+    ``resume_step``: the step of the checkpoint it resumes from."""
+
+    def __init__(self, *args, resume_step: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.resume_step = resume_step
 
     @property
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             os.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ResumingCSVWriter(log_dir=self.log_dir)
+            self._experiment = _ResumingCSVWriter(log_dir=self.log_dir,
+                                                  resume_step=self.resume_step)
         return self._experiment
 
 
@@ -63,19 +78,20 @@ def _sweep_group() -> str | None:
 
 
 def make_loggers(run_config: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
-                 ckpt_path: str | None = None) -> list:
+                 ckpt_path: str | None = None, resume_step: int | None = None) -> list:
     """The configured loggers. W&B online falls back to offline when it cannot connect.
 
     The W&B run is named by the job's overrides and seed, its group is ``logger.group``, the
     sweep or the setting (rs_lightning.app.run_names); ``ckpt_path``: the checkpoint the run
-    resumes from, marked in the name.
+    resumes from, marked in the name; ``resume_step``: its step (0 for a fresh start).
     """
     cfg = run_config.train.logger
     if cfg.backend == "none":
         return []
     if cfg.backend == "csv":
 
-        return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="")]
+        return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="",
+                                  resume_step=resume_step)]
 
     quiet_wandb_environment()
     train = run_config.train

@@ -202,7 +202,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
     try:
         for member, folder, member_cfg in zip(member_run_configs, folders, configs):
             loggers.append(make_loggers(member, folder, OmegaConf.to_container(member_cfg, resolve=True),
-                                        ckpt_path=train.ckpt_path))
+                                        ckpt_path=train.ckpt_path, resume_step=start_step))
         datamodule, module = build(run_config, loggers)
         checkpoint_dir = run_dir / "checkpoints"
         callbacks = checkpoint_callbacks(train, checkpoint_dir)
