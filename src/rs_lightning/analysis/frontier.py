@@ -109,12 +109,13 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
         "parameter_value": policy.utility.params[names[0]] if names else None,
         "rho": rho,
     }
+    # The action of every cell, once: the row's policy and the key of its played episodes.
+    table = grid_policy_table(policy.greedy, train.env.grid_size) if train.env.grid_size else None
     if not exact_only or not train.env.grid_size:
         rollout = rollout_policy(policy, policy.utility)
         key = None
-        if played is not None and train.env.grid_size and rollout.objective.observation_markov:
-            key = json.dumps(grid_policy_table(policy.greedy, train.env.grid_size),
-                             sort_keys=True)
+        if played is not None and table is not None and rollout.objective.observation_markov:
+            key = json.dumps(table, sort_keys=True)
         episodes_played = played.get(key) if key is not None else None
         if episodes_played is None:
             episodes_played = play_episodes(rollout, train.env, episodes, train.seed,
@@ -131,7 +132,7 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
         row["path"] = path_of({+1: exact["exact_risk_outcome_green"],
                                -1: exact["exact_risk_outcome_orange"],
                                0: exact["exact_risk_outcome_neither"]})
-        row["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
+        row["policy"] = table
     return row
 
 
