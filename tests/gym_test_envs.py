@@ -56,6 +56,13 @@ class Unbounded(gym.Env):
         return np.zeros(2, np.float32), 0.0, True, False, {}
 
 
+class UnboundedActions(Unbounded):
+    """Continuous actions without finite bounds (no squashed actor can cover them)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
 class ImageCorridor(gym.Env):
     """A corridor seen as a [2, 3, 6] boolean image, channels first: channel 0 marks the
     agent's cell in the middle row, channel 1 the goal at the right end. Actions: 0 left, 1
@@ -152,6 +159,7 @@ for _id, _entry, _limit in (("TinyImage-v0", TinyImage, None),
                             ("NeverEnds-v0", NeverEnds, None),
                             ("ShiftedCounter-v0", ShiftedCounter, None),
                             ("Unbounded-v0", Unbounded, None),
+                            ("UnboundedActions-v0", UnboundedActions, None),
                             ("ImageCorridor-v0", ImageCorridor, ImageCorridor.spec_max_steps),
                             ("Video-v0", Video, None)):
     if _id not in registry:

@@ -44,8 +44,13 @@ from tests.conftest import CONF
 from tests.test_risk import Mixture
 
 NAMES = sorted(AGENTS)
+# The value-based agents pick among actions by choose_action; the actor-critics act in a box
+# (their own contract: tests/test_actor_critic.py).
+DISCRETE = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+CONTINUOUS = sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions)
 RISKS = sorted(p.stem for p in (CONF / "risk").glob("*.yaml"))
 GRID = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
+BOX = Problem(obs_dim=2, n_actions=1, gamma=0.9, return_min=-2.0, return_max=2.0, action_dim=2)
 CELLS = torch.tensor([[x, y] for x in range(3) for y in range(3)], dtype=torch.float32)
 
 
@@ -59,17 +64,20 @@ def agent_config(name: str, **overrides):
 def make_agent(name: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     cls, _ = AGENTS[name]
-    return cls(agent_config(name, **overrides), GRID)
+    return cls(agent_config(name, **overrides), BOX if cls.continuous_actions else GRID)
 
 
-def make_batch(seed: int = 0, terminal: float = 0.3, size: int = 32) -> Transitions:
+def make_batch(seed: int = 0, terminal: float = 0.3, size: int = 32,
+               continuous: bool = False) -> Transitions:
     generator = torch.Generator().manual_seed(seed)
     states = torch.randint(9, (size,), generator=generator)
     next_states = torch.randint(9, (size,), generator=generator)
     terminated = (torch.rand(size, generator=generator) < terminal).float()
+    actions = (torch.rand(size, BOX.action_dim, generator=generator) * 2 - 1 if continuous
+               else torch.randint(4, (size,), generator=generator))
     return Transitions(
         CELLS[states],
-        torch.randint(4, (size,), generator=generator),
+        actions,
         (torch.randn(size, generator=generator) * 0.7).clamp(-2, 2),
         CELLS[next_states],
         terminated,
@@ -147,13 +155,14 @@ def test_return_distribution_is_sorted_and_sums_to_one(name):
     with torch.no_grad():
         dist = agent.return_distribution(CELLS)
         single = agent.return_distribution(CELLS[:1])
-    assert dist.values.dim() == 3 and dist.values.shape[:2] == (9, GRID.n_actions)
+    n_actions = agent.problem.n_actions
+    assert dist.values.dim() == 3 and dist.values.shape[:2] == (9, n_actions)
     assert dist.values.shape == dist.probs.shape
     assert single.values.shape[1:] == dist.values.shape[1:]
     assert dist.values.dtype == dist.probs.dtype == torch.float32
     assert torch.isfinite(dist.values).all() and torch.isfinite(dist.probs).all()
     assert (dist.probs >= 0).all()
-    assert torch.allclose(dist.probs.sum(-1), torch.ones(9, GRID.n_actions), atol=1e-5)
+    assert torch.allclose(dist.probs.sum(-1), torch.ones(9, n_actions), atol=1e-5)
     assert (dist.values.diff(dim=-1) >= 0).all()
 
 
@@ -162,7 +171,8 @@ def test_return_distribution_is_sorted_and_sums_to_one(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_loss_is_finite_and_backpropagates(name, terminal, risk):
     agent, target = make_agent(name, 0), make_agent(name, 1)
-    loss, metrics = agent.loss(make_batch(terminal=terminal), target, risk_utility(risk).greedy)
+    batch = make_batch(terminal=terminal, continuous=agent.continuous_actions)
+    loss, metrics = agent.loss(batch, target, risk_utility(risk).greedy)
     assert loss.dim() == 0 and torch.isfinite(loss)
     assert all(v.dim() == 0 and not v.requires_grad for v in metrics.values())
     loss.backward()
@@ -172,7 +182,7 @@ def test_loss_is_finite_and_backpropagates(name, terminal, risk):
     assert all(p.grad is None for p in target.parameters())  # the target is not trained
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DISCRETE)
 def test_greedy_action_is_what_choose_action_returns(name):
     agent = make_agent(name)
     spy = Spy()
@@ -182,7 +192,7 @@ def test_greedy_action_is_what_choose_action_returns(name):
     assert spy.seen[0].values.shape[:2] == (9, GRID.n_actions)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DISCRETE)
 def test_target_action_is_what_choose_action_returns(name):
     """The target of the loss follows the action choose_action picks at s'."""
     agent, target = make_agent(name, 0), make_agent(name, 1)
@@ -377,7 +387,7 @@ def tolerances(name: str, law: str, rho: float) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize("law", list(LAWS))
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DISCRETE)
 def test_every_representation_of_a_known_law_gives_its_risk(name, law, monkeypatch):
     m = LAWS[law]
     with torch.no_grad():
@@ -585,7 +595,7 @@ def huber_quantile_fixed_point(kappa: float) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "dqn"])
+@pytest.mark.parametrize("name", [n for n in DISCRETE if n != "dqn"])
 def test_every_distributional_agent_learns_a_bimodal_law_and_its_bootstrap(name):
     """After 2,000 updates the law at s1 is the representation's fixed point (the law itself;
     for the quantile Huber agents the Huber quantiles) within 0.1 in E and 0.25 in VaR_0.1,
@@ -607,8 +617,10 @@ def test_every_distributional_agent_learns_a_bimodal_law_and_its_bootstrap(name)
 def composed(agent: str):
     from hydra import compose, initialize_config_dir
 
+    # An actor-critic on the continuous world whose answer is known.
+    world = ["env=risky_navigation"] if AGENTS[agent][0].continuous_actions else []
     overrides = [
-        f"agent={agent}", "logger=none", "callbacks.progress_bar=false",
+        *world, f"agent={agent}", "logger=none", "callbacks.progress_bar=false",
         "trainer.max_steps=12", "trainer.log_every_n_steps=6", "trainer.checkpoint_every_n_steps=0",
         "learning.warmup_steps=32", "learning.target_update_period=5",
         "evaluation.episodes=16", "evaluation.every_n_steps=0", "evaluation.batch_envs=16",
@@ -634,7 +646,8 @@ def test_every_agent_and_risk_pair_trains_and_evaluates(name, risk, tmp_path):
     written = json.loads((tmp_path / "eval.json").read_text())
     for key in ("expectation", "var", "cvar", "utility"):
         assert math.isfinite(written[key])
-    assert (tmp_path / "policy.json").is_file()
+    # The grid world's policy table (the actor-critics run on a continuous world: none).
+    assert (tmp_path / "policy.json").is_file() != AGENTS[name][0].continuous_actions
 
 
 @pytest.mark.slow
@@ -643,8 +656,9 @@ def test_every_agent_and_risk_pair_trains_and_evaluates(name, risk, tmp_path):
 def test_every_agent_and_risk_pair_from_the_command_line(name, risk, tmp_path):
     from tests.test_train import train_cli
 
+    world = ["env=risky_navigation"] if AGENTS[name][0].continuous_actions else []
     result = train_cli(
-        f"agent={name}", f"risk={risk}", "debug=quick", "logger=none",
+        *world, f"agent={name}", f"risk={risk}", "debug=quick", "logger=none",
         f"hydra.run.dir={tmp_path / 'run'}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

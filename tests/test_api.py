@@ -11,11 +11,17 @@ from rs_lightning.agents import AGENTS
 
 # Every cell of the 3 x 3 grid worlds: the observations of the default environment.
 CELLS = np.array([[x, y] for x in range(3) for y in range(3)], dtype=np.float32)
+# The actor-critics train on the risky navigation world: positions and the entered flag.
+POSITIONS = np.array([[x, y, 0.0] for x in (0.0, 0.5, 1.5) for y in (-1.0, 0.0, 1.0)],
+                     dtype=np.float32)
+DISCRETE = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+CONTINUOUS = sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A short run of every agent (risky rewards, CVaR_0.1 at alpha 0.5)."""
+    """A short run of every agent (risky rewards, or the risky navigation world for the
+    actor-critics; CVaR_0.1 at alpha 0.5)."""
     from hydra import compose, initialize_config_dir
 
     from rs_lightning.app.train import run
@@ -25,7 +31,8 @@ def runs(tmp_path_factory):
     for agent in sorted(AGENTS):
         folder = tmp_path_factory.mktemp(agent)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("train", [f"agent={agent}", "debug=quick", "logger=none",
+            world = ["env=risky_navigation"] if agent in CONTINUOUS else []
+            cfg = compose("train", [*world, f"agent={agent}", "debug=quick", "logger=none",
                                     "callbacks.progress_bar=false", "trainer.max_steps=40",
                                     "evaluation.every_n_steps=0", "evaluation.episodes=20",
                                     "risk=cvar", "alpha=0.5"])
@@ -34,7 +41,7 @@ def runs(tmp_path_factory):
     return folders
 
 
-@pytest.mark.parametrize("agent", sorted(AGENTS))
+@pytest.mark.parametrize("agent", DISCRETE)
 def test_a_trained_agent_acts_and_shows_its_return_laws(runs, agent):
     trained = rs_lightning.load_agent(runs[agent])
     assert trained.config.agent.name == agent and trained.steps == 40
@@ -75,6 +82,42 @@ def test_another_setting_and_an_evaluation(runs, agent):
     assert summary["episodes"] == 50
     assert summary["cvar"] <= summary["expectation"] + 1e-9
     assert summary == trained.evaluate(episodes=50)  # the run's seed: the same episodes
+
+
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_an_actor_critic_acts_in_its_box_and_shows_the_law_of_its_action(runs, agent):
+    trained = rs_lightning.load_agent(runs[agent])
+    assert trained.continuous and trained.n_actions == 1
+    actions = trained.act(POSITIONS)
+    assert actions.shape == (9, 2) and actions.dtype == np.float32
+    assert (np.abs(actions) < 1).all()
+    np.testing.assert_allclose(trained.env_action(actions), actions, atol=1e-6)  # a [-1, 1] box
+    laws = trained.distribution(POSITIONS)  # Z(s, pi(s)): one action, the agent's
+    assert laws.expectation.shape == laws.cvar(0.1).shape == (9, 1)
+    assert (laws.cvar(0.1) <= laws.expectation + 1e-5).all()
+    assert np.allclose(laws.utility, 0.5 * laws.expectation + 0.5 * laws.cvar(0.1), atol=1e-5)
+    assert trained.at(alpha=1.0).utility.alpha == 1.0
+    summary = trained.evaluate(episodes=20)
+    assert summary["episodes"] == 20 and summary["cvar"] <= summary["expectation"] + 1e-9
+
+
+def test_an_actor_critic_gives_actions_in_the_environments_own_box(tmp_path):
+    """Pendulum's torque lies in [-2, 2]: the agent's -1, 0, 1 are -2, 0, 2 there."""
+    from hydra import compose, initialize_config_dir
+
+    from rs_lightning.app.train import run
+    from tests.conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", ["env=pendulum", "agent=dsac", "agent.hidden_sizes=[16]",
+                                "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                                "trainer.max_steps=10", "evaluation.every_n_steps=0",
+                                "evaluation.episodes=2"])
+    run(cfg, run_dir=tmp_path)
+    trained = rs_lightning.load_agent(tmp_path)
+    torques = trained.env_action(np.array([[-1.0], [0.0], [1.0]]))
+    np.testing.assert_allclose(torques, [[-2.0], [0.0], [2.0]])
+    assert trained.act(np.zeros((4, 3), np.float32)).shape == (4, 1)
 
 
 def test_bad_calls_say_what_to_do(runs, tmp_path):

@@ -16,11 +16,12 @@ from rs_lightning.types import Transitions
 from tests.test_parallel_seeds import agent_of
 
 
-def batch_of(seed: int, size: int = 16) -> Transitions:
+def batch_of(seed: int, size: int = 16, continuous: bool = False) -> Transitions:
     gen = torch.Generator().manual_seed(seed)
     return Transitions(
         obs=torch.randint(0, 3, (size, 2), generator=gen).float(),
-        action=torch.randint(0, 4, (size,), generator=gen),
+        action=(torch.rand(size, 2, generator=gen) * 2 - 1 if continuous
+                else torch.randint(0, 4, (size,), generator=gen)),
         reward=torch.randn(size, generator=gen),
         next_obs=torch.randint(0, 3, (size, 2), generator=gen).float(),
         terminated=(torch.rand(size, generator=gen) < 0.2).float(),
@@ -40,7 +41,7 @@ def test_flat_gradients_train_as_clip_grad_norm_does(name):
     choose = Utility(0.5, "cvar", {"rho": 0.25}).greedy
     optimizers = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (members, plain)]
     for update in range(5):
-        batch = batch_of(update)
+        batch = batch_of(update, continuous=agent.continuous_actions)
         torch.manual_seed(update)  # agents that sample (IQN's fractions) draw the same
         losses, _ = members.loss(Transitions(*(f.unsqueeze(0) for f in batch)), target, choose)
         members.zero_gradients()

@@ -117,8 +117,8 @@ def test_bounds_normalisation_needs_a_bounded_dimension():
 
 # ------------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("env_id, kwargs, words", [
-    ("Pendulum-v1", {}, "supported: Discrete actions only"),
-    ("MountainCarContinuous-v0", {}, "supported: Discrete actions only"),
+    ("tests.gym_test_envs:UnboundedActions-v0", {},
+     "Box(-inf, inf, (1,), float32); supported: Discrete actions, or a 1-D Box with finite"),
     ("tests.gym_test_envs:Video-v0", {}, "(2, 4, 4, 3), uint8); supported: a 1-D Box"),
     ("Blackjack-v1", {}, "Tuple(Discrete(32), Discrete(11), Discrete(2)); supported: a 1-D Box"),
 ])
@@ -138,9 +138,9 @@ def train_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, line", [
-    (["env=gym", "env.id=Pendulum-v1"],
-     "Error in config: env.id: 'Pendulum-v1' has action space Box(-2.0, 2.0, (1,), float32); "
-     "supported: Discrete actions only"),
+    (["env=pendulum"],
+     "Error in config: agent: rs_umdqn_c picks among discrete actions, and 'Pendulum-v1' has "
+     "continuous ones (a Box); allowed: dsac, tqc"),
     (["env=gym", "env.id=tests.gym_test_envs:Video-v0"],
      "Error in config: env.id: 'tests.gym_test_envs:Video-v0' has observation space "
      "Box(0, 255, (2, 4, 4, 3), uint8); supported: a 1-D Box"),

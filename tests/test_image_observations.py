@@ -27,7 +27,9 @@ IMAGE = (6, 5, 3)  # [H, W, C]: height and width differ, so a wrong layout canno
 PROBLEM = Problem(obs_dim=math.prod(IMAGE), n_actions=3, gamma=0.9, return_min=0.0,
                   return_max=2.0, obs_shape=IMAGE)
 CNN = NetworkConfig(name="cnn", channels=[4, 8], kernel_size=3, stride=1, layout="channels_last")
-STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
+# The value-based agents read images; the actor-critics refuse network=cnn (tested below).
+DISCRETE = sorted(name for name, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+STACKABLE = sorted(name for name in DISCRETE if AGENTS[name][0].supports_members)
 
 
 def cnn_agent(name: str, seed: int, problem: Problem = PROBLEM, network: NetworkConfig = CNN):
@@ -54,7 +56,17 @@ def transitions(lead: tuple[int, ...], seed: int) -> Transitions:
                        terminated, PROBLEM.gamma * (1.0 - terminated))
 
 
-@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_an_actor_critic_refuses_the_convolutions_in_one_line():
+    import dataclasses
+
+    image_box = dataclasses.replace(PROBLEM, n_actions=1, action_dim=2)
+    with pytest.raises(ConfigError) as error:
+        cnn_agent("tqc", 0, problem=image_box)
+    assert error.value.key == "network.name"
+    assert "agent=tqc reads flat observations (network=mlp), got 'cnn'" in str(error.value)
+
+
+@pytest.mark.parametrize("name", DISCRETE)
 def test_every_agent_reads_images_through_the_convolutions(name):
     agent = cnn_agent(name, 0)
     convs = [m for m in agent.modules() if isinstance(m, ConvTorso)]

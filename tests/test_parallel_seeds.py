@@ -14,6 +14,8 @@ from rs_lightning.analysis.results import collect
 from rs_lightning.app.train import run
 
 PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
+# The actor-critics' problem: the same states, continuous actions in [-1, 1]^2.
+BOX = Problem(obs_dim=2, n_actions=1, gamma=0.9, return_min=-2.0, return_max=2.0, action_dim=2)
 STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
 
 
@@ -25,7 +27,7 @@ def agent_of(name: str, seed: int):
     cls, config_class = AGENTS[name]
     node = OmegaConf.merge(OmegaConf.structured(config_class), OmegaConf.load(CONF / "agent" / f"{name}.yaml"))
     torch.manual_seed(seed)
-    return cls(OmegaConf.to_object(node), PROBLEM)
+    return cls(OmegaConf.to_object(node), BOX if cls.continuous_actions else PROBLEM)
 
 
 def test_stacked_linear_is_each_members_linear():

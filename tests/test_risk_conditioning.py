@@ -122,11 +122,15 @@ def test_every_distributional_agent_trains_risk_conditioned(compose, tmp_path, a
     """A short run of each agent (one seed: the looped path, with UMDQN's bootstrapped rows);
     the trained network's Z(s, a | setting) depends on the setting. (That its greedy action
     then differs is the chain test below.)"""
+    continuous = AGENTS[agent][0].continuous_actions  # the actor-critics: their own world
     summary = run(conditioned(compose, f"agent={agent}", "trainer.max_steps=120",
-                              "env=risky_grid_world"), run_dir=tmp_path)
+                              "env=risky_navigation" if continuous else "env=risky_grid_world"),
+                  run_dir=tmp_path)
     assert np.isfinite(summary["expectation"])
     trained = load_run(tmp_path)
     cells = torch.tensor([(x, y) for x in range(3) for y in range(3)], dtype=torch.float32)
+    if continuous:
+        cells = torch.cat([cells * 0.5, torch.zeros(9, 1)], dim=1)
     torch.manual_seed(0)  # IQN samples its fractions: the same ones at both settings
     low = trained.module.at(0.0, 0.05).return_distribution(cells)
     torch.manual_seed(0)

@@ -22,7 +22,10 @@ from rs_lightning.risk.static import StaticObjective
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
-DISTRIBUTIONAL = sorted(name for name, (cls, _) in AGENTS.items() if cls.distributional)
+# The static objective's agents: a law, and a finite set of actions to pick among (the
+# actor-critics are refused it: tests/test_bad_inputs.py).
+DISTRIBUTIONAL = sorted(name for name, (cls, _) in AGENTS.items()
+                        if cls.distributional and not cls.continuous_actions)
 
 
 def objective(risk: str = "cvar", alpha: float = 0.5, rho: float = 0.1, **params

@@ -17,7 +17,7 @@ class Transitions(NamedTuple):
     ``[K, B, ...]`` (member k's batch at index k)."""
 
     obs: Tensor  # [B, obs_dim] float32
-    action: Tensor  # [B] int64
+    action: Tensor  # [B] int64; continuous actions: [B, action_dim] float32 in [-1, 1]
     reward: Tensor  # [B] float32, already scaled and clipped (of m steps: their discounted sum)
     next_obs: Tensor  # [B, obs_dim] float32 (the state m steps later)
     terminated: Tensor  # [B] float32: 1 where no bootstrapping (terminal transition)
@@ -31,6 +31,8 @@ class Problem:
     """What an agent needs to know of the environment and of the learning setting."""
 
     obs_dim: int
+    # Discrete actions: their number. Continuous ones (action_dim > 0): 1, the actor's one
+    # action, whose law Z(s, pi(s)) is what the agent shows as its return distribution.
     n_actions: int
     gamma: float
     return_min: float
@@ -41,6 +43,18 @@ class Problem:
     # Every observation value is a whole number in 0..255 (a bool or uint8 image fed as it
     # is): a replay memory holds them in one byte each instead of four.
     obs_uint8: bool = False
+    # 0: discrete actions; d > 0: continuous actions in the box [-1, 1]^d (the environment's
+    # own bounds are mapped onto it, rs_lightning.envs.gym_support).
+    action_dim: int = 0
+
+    @property
+    def continuous(self) -> bool:
+        return self.action_dim > 0
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """The shape of one action as the replay memory holds it."""
+        return (self.action_dim,) if self.continuous else ()
 
     def check_return_support(self) -> None:
         """For agents whose representation lives on [return_min, return_max]."""

@@ -53,6 +53,10 @@ class ChooseAction(Protocol):
 
     def __call__(self, dist: ReturnDistribution) -> Tensor: ...
 
+    def utility_of(self, dist: ReturnDistribution) -> Tensor:
+        """U of each law (``[..., B, A, K]`` -> ``[..., B, A]``), differentiable: what an
+        actor-critic's actor maximises."""
+
 
 def rows_of(choose_action: ChooseAction, index) -> ChooseAction:
     """The rule for the rows ``index`` of the batch it was made for: a risk-conditioned rule
@@ -108,6 +112,9 @@ class Agent(nn.Module, ABC):
     supports_members: bool = False
     # Whether Z is a law and not a point (DQN's Dirac): objective=static needs one.
     distributional: bool = True
+    # Whether it acts in a continuous box [-1, 1]^d (an actor-critic,
+    # rs_lightning.agents.actor_critic) rather than among Problem.n_actions actions.
+    continuous_actions: bool = False
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()
@@ -136,6 +143,10 @@ class Agent(nn.Module, ABC):
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
         """The action maximising the utility in each state of ``obs`` -> ``[B]``."""
         return choose_action(self.return_distribution(obs))
+
+    def sample_action(self, obs: Tensor, noise: Tensor) -> Tensor:
+        """An exploratory continuous action per state (actor-critics only)."""
+        raise TypeError(f"agent {self.config.name!r} acts among discrete actions")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -62,7 +62,7 @@ def clip_member_gradients(parameters: list[Tensor], max_norm: float) -> Tensor:
     ``max_norm``, as ``clip_grad_norm_`` does for one network; returns the K norms."""
     grads = [p.grad for p in parameters if p.grad is not None]
     norms = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]), dim=0
+        torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads]), dim=0
     )
     scale = clip_scale(norms, max_norm)
     for g in grads:
@@ -161,6 +161,11 @@ class Members(nn.Module, ABC):
         """Each member's utility-greedy action: ``obs[K, B, ...]`` -> ``[K, B]``."""
 
     @abstractmethod
+    def sample_action(self, obs: Tensor, noise: Tensor) -> Tensor:
+        """Each member's exploratory continuous action, an actor's sample with standard
+        normal ``noise[K, B, d]``: ``obs[K, B, ...]`` -> ``[K, B, d]``."""
+
+    @abstractmethod
     def loss(self, batch: Transitions, target: "Members", choose_action: ChooseAction
              ) -> tuple[Tensor, dict[str, Tensor]]:
         """Each member's loss on its own batch -> ``([K], {name: [K]})``."""
@@ -211,6 +216,9 @@ class StackedMembers(Members):
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
         return self.network.greedy_action(obs, choose_action)
 
+    def sample_action(self, obs: Tensor, noise: Tensor) -> Tensor:
+        return self.network.sample_action(obs, noise)
+
     def loss(self, batch, target, choose_action):
         return self.network.loss(batch, target.network, choose_action)
 
@@ -256,6 +264,10 @@ class LoopedMembers(Members):
             return self._agent_list[0].greedy_action(obs[0], rows_of(choose_action, 0)).unsqueeze(0)
         return torch.stack([agent.greedy_action(obs[k], rows_of(choose_action, k))
                             for k, agent in enumerate(self.agents)])
+
+    def sample_action(self, obs: Tensor, noise: Tensor) -> Tensor:
+        return torch.stack([agent.sample_action(obs[k], noise[k])
+                            for k, agent in enumerate(self._agent_list)])
 
     def loss(self, batch, target, choose_action):
         if self.count == 1:

@@ -129,11 +129,33 @@ class TrainedAgent:
         return TrainedAgent(self.policy.at(alpha, value), self.run)
 
     def act(self, observations) -> np.ndarray:
-        """The greedy action of each observation -> ``[B]`` (integers)."""
-        return _numpy(self.policy.greedy(_batch(observations))).astype(np.int64)
+        """The greedy action of each observation -> ``[B]`` (integers), or for an
+        actor-critic the mean action ``[B, d]`` in [-1, 1]^d (the environment's box mapped
+        onto it: :meth:`env_action` maps it back)."""
+        actions = _numpy(self.policy.greedy(_batch(observations)))
+        return actions.astype(np.float32 if self.continuous else np.int64)
+
+    @property
+    def continuous(self) -> bool:
+        """Whether it acts in a continuous box (an actor-critic)."""
+        return self.policy.agent.problem.continuous
+
+    def env_action(self, actions) -> np.ndarray:
+        """Actions in [-1, 1]^d as the environment's own box takes them (what
+        ``gymnasium.make(env.id)`` accepts; the training's wrapper did this mapping)."""
+        from rs_lightning.envs.factory import make_env
+
+        env = make_env(self.config.train.env)
+        try:
+            space = env.unwrapped.action_space
+        finally:
+            env.close()
+        actions = np.asarray(actions, dtype=np.float64)
+        return (space.low + (actions + 1.0) * 0.5 * (space.high - space.low)).astype(space.dtype)
 
     def distribution(self, observations) -> ActionLaws:
-        """The learned Z(s, a) of every action of each observation (`ActionLaws`)."""
+        """The learned Z(s, a) of every action of each observation (`ActionLaws`); an
+        actor-critic has one action, its mean action."""
         law = self.policy.return_distribution(_batch(observations))
         return ActionLaws(ReturnDistribution(law.values.detach(), law.probs.detach()),
                           self.utility)

@@ -141,6 +141,9 @@ class LearningSection:
     # them load.
     updates_per_step: float = 1.0  # gradient updates per environment step (0.125: 1 per 8)
     n_step: int = 1  # steps of the discounted return in each stored transition
+    # Each target update moves the target weights this share of the way toward the learned
+    # ones: 1 copies them (DQN), 0.005 every update is SAC's Polyak averaging.
+    target_update_rate: float = 1.0
 
     def check(self) -> None:
         for key in ("batch_size", "replay_capacity", "target_update_period"):
@@ -165,6 +168,9 @@ class LearningSection:
         _require(math.isfinite(self.updates_per_step) and self.updates_per_step >= 1e-6,
                  "learning.updates_per_step", "a positive number (at least 1e-6; 0.125: one "
                  "update every 8 environment steps)", self.updates_per_step)
+        _require(0.0 < self.target_update_rate <= 1.0, "learning.target_update_rate",
+                 "in (0, 1] (1: copy the weights; 0.005: Polyak averaging)",
+                 self.target_update_rate)
         _require(self.n_step >= 1, "learning.n_step", "a positive integer (1: one-step returns)",
                  self.n_step)
         _at_most("learning.n_step", self.n_step, min(MAX_N_STEP, self.replay_capacity),
@@ -449,9 +455,24 @@ class ValidatedConfig:
     def agent_problem(self, problem: Problem) -> Problem:
         """The problem as the agent sees it: the objective may append features to the
         observation (a risk-conditioned network takes the setting's, a static one
-        (c, gamma^t, b))."""
+        (c, gamma^t, b)), after checking that the agent can act in its actions."""
+        check_action_space(self.agent.name, self.train.env.id, problem)
         _check_section(self.train.network.check_problem, problem)
         return self.objective.network_problem(problem)
+
+
+def check_action_space(agent: str, env_id: str, problem: Problem) -> None:
+    """ConfigError naming ``agent`` when it cannot act in the environment's actions."""
+    continuous = AGENTS[agent][0].continuous_actions
+    if continuous == problem.continuous:
+        return
+    allowed = ", ".join(sorted(n for n, (cls, _) in AGENTS.items()
+                               if cls.continuous_actions == problem.continuous))
+    if problem.continuous:
+        raise ConfigError("agent", f"{agent} picks among discrete actions, and {env_id!r} has "
+                          f"continuous ones (a Box); allowed: {allowed}")
+    raise ConfigError("agent", f"{agent} acts in a continuous box, and {env_id!r} has "
+                      f"{problem.n_actions} discrete actions; allowed: {allowed}")
 
 
 def _structured(schema_class, node, root: str = "") -> Any:
@@ -540,6 +561,9 @@ def objective_from(train: TrainConfig, agent: AgentConfig, utility: Utility) -> 
                               "agent.risk_conditioned=true (allowed: per_decision)")
         name = "conditioned"
     objective_class = OBJECTIVES[name]
+    if objective_class.refuses_continuous_actions and AGENTS[agent.name][0].continuous_actions:
+        raise ConfigError("objective", f"{name} is not defined for agent={agent.name}: "
+                          f"{objective_class.refuses_continuous_actions} (allowed: per_decision)")
     if objective_class.needs_distribution and not AGENTS[agent.name][0].distributional:
         raise ConfigError("objective", f"{name} needs a distributional agent; agent="
                           f"{agent.name} learns a point value (allowed: per_decision)")

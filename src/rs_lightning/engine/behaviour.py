@@ -1,5 +1,6 @@
-"""The behaviour policy: epsilon-greedy on the objective's rule, one exploration generator per
-member.
+"""The behaviour policy, one exploration generator per member: epsilon-greedy on the
+objective's rule for discrete actions (:class:`EpsilonGreedy`), the actor's own sample for
+continuous ones (:class:`ActorSampling`).
 
 Copy i of member k at environment step t acts with the epsilon of step t + i and draws from
 member k's generator in the order of i (a uniform, then an action where it explores), so a
@@ -42,9 +43,10 @@ class EpsilonGreedy:
         return exploration_rate(env_step, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_decay,
                                 cfg.epsilon_schedule)
 
-    def __call__(self, obs: np.ndarray, env_step: int,
-                 greedy: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """``greedy(obs[K, N, ...]) -> [K, N]`` is called once, if any copy acts greedily."""
+    def __call__(self, obs: np.ndarray, env_step: int, policy: Callable[..., np.ndarray]
+                 ) -> np.ndarray:
+        """``policy(obs[K, N, ...]) -> [K, N]``, the greedy actions, is called once, if any
+        copy acts greedily."""
         copies = obs.shape[1]
         rates = [self.rate(env_step + i) for i in range(copies)]
         self.epsilon = rates[-1]
@@ -56,7 +58,7 @@ class EpsilonGreedy:
         if len(explored) == obs.shape[0] * copies:  # nobody acts greedily: no forward pass
             actions = np.empty(obs.shape[:2], dtype=np.int64)
         else:
-            actions = np.array(greedy(obs), dtype=np.int64, copy=True)
+            actions = np.array(policy(obs), dtype=np.int64, copy=True)
         for k, i, action in explored:
             actions[k, i] = action
         return actions
@@ -72,3 +74,39 @@ class EpsilonGreedy:
         for generator, generator_state in zip(self.generators, state["generators"]):
             generator.bit_generator.state = generator_state
         self.epsilon = state["epsilon"]
+
+
+class ActorSampling:
+    """Continuous actions ``[K, N, d]`` in [-1, 1]^d: uniform draws during the warm-up (the
+    first ``learning.warmup_steps`` environment steps, before any update, as SAC's
+    random start), then the actor's own sample, ``policy(obs, noise)``, whose standard
+    normal ``noise[K, N, d]`` is drawn from member k's generator in the order of its
+    copies (so a member acts as a run of its seed alone, and a resume repeats the draws).
+    ``epsilon`` reads 1 while the actions are uniform, 0 after."""
+
+    def __init__(self, seeds: list[int], action_dim: int, learning) -> None:
+        self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
+        self.action_dim = action_dim
+        self.warmup_steps = learning.warmup_steps
+        self.epsilon = 1.0
+
+    def __call__(self, obs: np.ndarray, env_step: int, policy: Callable[..., np.ndarray]
+                 ) -> np.ndarray:
+        shape = (obs.shape[1], self.action_dim)
+        if env_step < self.warmup_steps:
+            self.epsilon = 1.0
+            return np.stack([g.uniform(-1.0, 1.0, shape) for g in self.generators]
+                            ).astype(np.float32)
+        self.epsilon = 0.0
+        noise = np.stack([g.standard_normal(shape) for g in self.generators]).astype(np.float32)
+        return np.asarray(policy(obs, noise), dtype=np.float32)
+
+    state_dict = EpsilonGreedy.state_dict
+    load_state_dict = EpsilonGreedy.load_state_dict
+
+
+def make_behaviour(seeds: list[int], problem, learning):
+    """The behaviour policy of a problem's actions (module docstring)."""
+    if problem.continuous:
+        return ActorSampling(seeds, problem.action_dim, learning)
+    return EpsilonGreedy(seeds, problem.n_actions, learning)

@@ -78,7 +78,7 @@ class Collector:
         self.gamma = gamma
         self.n_step = n_step
         self.window = None if n_step == 1 else NStepReturns(
-            n_step, gamma, len(self.copies), replay.obs.shape[2:])
+            n_step, gamma, len(self.copies), replay.obs.shape[2:], replay.action.shape[2:])
         self.updates_per_step = updates_per_step
         self.batch_size = batch_size
         self.warmup_steps = max(warmup_steps, 1)
@@ -114,7 +114,8 @@ class Collector:
         # Only termination stops bootstrapping; a truncated episode's last state has a value.
         if self.window is None:
             obs_shape = step.obs.shape[1:]
-            self.replay.add(step.obs.reshape(*shape, *obs_shape), step.actions.reshape(shape),
+            self.replay.add(step.obs.reshape(*shape, *obs_shape),
+                            step.actions.reshape(*shape, *step.actions.shape[1:]),
                             step.learnt.reshape(shape), step.reached.reshape(*shape, *obs_shape),
                             copies.terminated.reshape(shape),
                             np.where(copies.terminated, 0.0, self.gamma).reshape(shape))
@@ -287,7 +288,8 @@ class ExperienceDataModule(pl.LightningDataModule):
         replay = ReplayMemory(self.replay_capacity,
                               (self.problem.obs_dim + state.stored_features,),
                               seeds=[seed + 1 for seed in self.seeds],
-                              obs_dtype=torch.uint8 if compact else torch.float32)
+                              obs_dtype=torch.uint8 if compact else torch.float32,
+                              action_shape=self.problem.action_shape)
         rollout = Rollout(copies, state, len(self.seeds), n,
                           getattr(self.env_config, "reward_scale", 1.0),
                           self.env_config.reward_clip)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members
-from rs_lightning.engine.behaviour import EpsilonGreedy
+from rs_lightning.engine.behaviour import make_behaviour
 from rs_lightning.engine.checkpoints import module_state_dict
 from rs_lightning.engine.experience import Collector
 from rs_lightning.engine.rollout import act_on_distinct
@@ -187,7 +187,7 @@ class QLearning(pl.LightningModule):
         self.n_actions = members.problem.n_actions
         self.log_every_n_steps = log_every_n_steps
         self.member_loggers = member_loggers or [[] for _ in seeds]
-        self.behaviour = EpsilonGreedy(self.seeds, self.n_actions, learning)
+        self.behaviour = make_behaviour(self.seeds, members.problem, learning)
         # What the objective keeps to prepare batches (the risk-conditioned settings' draws).
         self.batch_state = objective.batch_state(self.seeds)
         # What the progress bar shows (the mean over members); refreshed every window.
@@ -228,17 +228,23 @@ class QLearning(pl.LightningModule):
         return self.members.return_distribution(obs)
 
     def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
-        """The behaviour policy: epsilon-greedy on the objective's rule, ``obs[K, N, ...]``
-        -> ``[K, N]``; the greedy actions of every member and copy in one forward pass,
-        without gradients (the agents' ``greedy_action``)."""
-        return self.behaviour(obs, env_step, lambda o: self._greedy(o, state))
+        """The behaviour policy on the objective's rule, ``obs[K, N, ...]`` -> ``[K, N]``
+        (continuous: ``[K, N, d]``): epsilon-greedy, or the actor's sample; the actions of
+        every member and copy in one forward pass, without gradients."""
+        return self.behaviour(obs, env_step, lambda o, noise=None: self._policy(o, state, noise))
 
-    def _greedy(self, obs: np.ndarray, state: EpisodeState) -> np.ndarray:
+    @torch.no_grad()
+    def _policy(self, obs: np.ndarray, state: EpisodeState, noise: np.ndarray | None
+                ) -> np.ndarray:
+        """The greedy actions (``noise`` None), or an actor's sample with ``noise``."""
         obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
         if self.device.type != "cpu":
             obs_t = obs_t.to(self.device)
         inputs, choose_action = self.objective.acting_rule(obs_t, state, self.network)
-        return self.members.greedy_action(inputs, choose_action).cpu().numpy()
+        if noise is None:
+            return self.members.greedy_action(inputs, choose_action).cpu().numpy()
+        return self.members.sample_action(inputs, torch.from_numpy(noise).to(obs_t.device)
+                                          ).cpu().numpy()
 
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the objective (evaluation)."""
@@ -294,10 +300,22 @@ class QLearning(pl.LightningModule):
         # 4. The update: backward, clipping, a finite check, Adam; the target networks.
         grad_norms = self._update(update, losses)
         if update % self.learning.target_update_period == 0:
-            self.target_members.load_state_dict(self.members.state_dict())
+            self._update_targets()
 
         # 5. Logging.
         self._log_step(update, experience, losses, grad_norms, agent_metrics)
+
+    @torch.no_grad()
+    def _update_targets(self) -> None:
+        """Copy the weights into the target networks (``learning.target_update_rate`` 1), or
+        move the targets that share of the way toward them (Polyak averaging, SAC's 0.005
+        every update)."""
+        rate = self.learning.target_update_rate
+        if rate == 1.0:
+            self.target_members.load_state_dict(self.members.state_dict())
+            return
+        torch._foreach_lerp_(list(self.target_members.parameters()),
+                             list(self.members.parameters()), rate)
 
     def _update(self, update: int, losses: Tensor) -> Tensor:
         optimizer = self.optimizers()

@@ -39,10 +39,13 @@ class ReplayMemory:
         seeds: one sampling seed per member (their number is the number of members).
         obs_dtype: how observations are held (``torch.uint8`` for whole numbers in 0..255, a
             quarter of float32's memory); samples give them as float32 whatever it is.
+        action_shape: the shape of one action: ``()`` for a discrete action (int64),
+            ``(d,)`` for a continuous one (float32).
     """
 
     def __init__(self, capacity: int, obs_shape: Sequence[int] | int, seeds: Sequence[int],
-                 obs_dtype: torch.dtype = torch.float32) -> None:
+                 obs_dtype: torch.dtype = torch.float32,
+                 action_shape: Sequence[int] = ()) -> None:
         if capacity <= 0:
             raise ValueError(f"replay capacity must be positive, got {capacity}")
         members = len(seeds)
@@ -52,7 +55,8 @@ class ReplayMemory:
         self.obs = torch.zeros(members, capacity, *shape, dtype=obs_dtype)
         self.next_obs = torch.zeros(members, capacity, *shape, dtype=obs_dtype)
         self.compact = obs_dtype != torch.float32
-        self.action = torch.zeros(members, capacity, dtype=torch.long)
+        self.action = torch.zeros(members, capacity, *action_shape,
+                                  dtype=torch.float32 if action_shape else torch.long)
         self.reward = torch.zeros(members, capacity)
         self.terminated = torch.zeros(members, capacity)
         self.discount = torch.zeros(members, capacity)
@@ -146,14 +150,16 @@ class NStepReturns:
     all of its state plain arrays (checkpoints hold them as tensors).
     """
 
-    def __init__(self, n: int, gamma: float, copies: int, obs_shape: Sequence[int]) -> None:
+    def __init__(self, n: int, gamma: float, copies: int, obs_shape: Sequence[int],
+                 action_shape: Sequence[int] = ()) -> None:
         if n < 1:
             raise ValueError(f"n-step returns need n >= 1, got {n}")
         self.n = n
         self.gamma = gamma
         self.powers = gamma ** np.arange(n + 1)  # gamma^m for m = 0..n
         self.obs = np.zeros((n, copies, *obs_shape), dtype=np.float32)
-        self.action = np.zeros((n, copies), dtype=np.int64)
+        self.action = np.zeros((n, copies, *action_shape),
+                               dtype=np.float32 if len(action_shape) else np.int64)
         self.reward = np.zeros((n, copies))  # the discounted sum so far
         self.steps = np.zeros((n, copies), dtype=np.int64)  # m so far
         self.open = np.zeros((n, copies), dtype=bool)  # no episode end since the start

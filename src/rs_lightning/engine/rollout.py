@@ -30,13 +30,14 @@ class Policy(Protocol):
         """The members' Z of observations ``[K, B, D']`` (as the network takes them)."""
 
     def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
-        """Actions ``[K, N]`` for the observations ``obs[K, N, D']`` the copies show after
+        """Actions ``[K, N]`` (continuous: ``[K, N, d]``) for the observations ``obs[K, N, D']`` the copies show after
         ``env_step`` environment steps of each member."""
 
 
 def act_on_distinct(greedy, obs: np.ndarray) -> np.ndarray:
     """``greedy(rows[U, D]) -> [U]`` evaluated once per distinct row of one member's
-    observations ``obs[1, N, D]`` -> ``[1, N]`` (a grid world shows 9 distinct ones)."""
+    observations ``obs[1, N, D]`` -> ``[1, N]`` (a grid world shows 9 distinct ones;
+    continuous actions: ``[U, d]`` -> ``[1, N, d]``)."""
     rows = torch.from_numpy(np.asarray(obs[0], dtype=np.float32))
     unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
     return greedy(unique).cpu()[inverse].numpy()[None]
@@ -57,7 +58,7 @@ def learning_reward(reward, scale: float, clip: float | None):
 class RolloutStep(NamedTuple):
     obs: np.ndarray  # [M, D'] what the policy saw (the episode state's features appended)
     constants: np.ndarray | None  # [M] what the state holds fixed for each copy's episode
-    actions: np.ndarray  # [M]
+    actions: np.ndarray  # [M] (continuous: [M, d])
     copies: CopiesStep  # the environment's answer (undiscounted rewards, ends, R_s)
     learnt: np.ndarray  # [M] the learning rewards (scaled, clipped)
     reached: np.ndarray  # [M, D'] the states reached, before the restart of an ended episode
@@ -81,7 +82,8 @@ class Rollout:
         obs = self.state.observe(self.copies.obs(), policy.network, policy.device)
         constants = self.state.episode_constants()
         grouped = obs.reshape(self.members, self.copies_per_member, *obs.shape[1:])
-        actions = policy.act(grouped, env_step, self.state).reshape(-1)
+        actions = policy.act(grouped, env_step, self.state)
+        actions = actions.reshape(-1, *actions.shape[2:])  # [M] or, continuous, [M, d]
         step = self.copies.step(actions)
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
         features = self.state.advance(learnt, step.ended)

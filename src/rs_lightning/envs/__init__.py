@@ -40,6 +40,9 @@ _ENTRY_POINTS = {
     "rs_lightning/TwoStage-v0": "rs_lightning.envs.grid_worlds:TwoStage",
     # gymnasium's CliffWalking-v1 with a chosen slip probability (envs/cliff_walking.py).
     "rs_lightning/SlipperyCliffWalking-v0": "rs_lightning.envs.cliff_walking:SlipperyCliffWalking",
+    # A point mass between a risky short cut and a safe detour (continuous actions,
+    # envs/risky_navigation.py).
+    "rs_lightning/RiskyNavigation-v0": "rs_lightning.envs.risky_navigation:RiskyNavigation",
 }
 
 # The registry is process-wide: a re-import (importlib.reload, test collection) must not

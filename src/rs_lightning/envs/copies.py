@@ -111,7 +111,8 @@ class GymCopies:
 
     def step(self, actions: np.ndarray) -> CopiesStep:
         parts = []
-        actions = np.asarray(actions).reshape(len(self.groups), self.group_size)
+        actions = np.asarray(actions)
+        actions = actions.reshape(len(self.groups), self.group_size, *actions.shape[1:])
         for env, group_actions in zip(self.groups, actions):
             result = self._call(env.step, "step()", group_actions)
             next_obs, reward, terminated, truncated, info = result

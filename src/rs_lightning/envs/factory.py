@@ -63,14 +63,16 @@ def env_problem(config) -> Problem:
     spaces, then closed)."""
     env = make_env(config)
     try:
+        continuous = isinstance(env.action_space, gym.spaces.Box)
         return Problem(
             obs_dim=observation_size(env),
-            n_actions=int(env.action_space.n),
+            n_actions=1 if continuous else int(env.action_space.n),
             gamma=config.gamma,
             return_min=config.return_min,
             return_max=config.return_max,
             obs_shape=image_shape(env),
             obs_uint8=observations_fit_bytes(env),
+            action_dim=int(env.action_space.shape[0]) if continuous else 0,
         )
     finally:
         env.close()

@@ -1,4 +1,5 @@
-"""Any gymnasium environment as the agents see it: a flat float observation, Discrete actions.
+"""Any gymnasium environment as the agents see it: a flat float observation, Discrete actions
+or continuous actions in [-1, 1]^d.
 
 :func:`adapt_spaces` wraps an environment so that every agent can use it, or refuses it with a
 :class:`~rs_lightning.errors.ConfigError` saying what is supported:
@@ -10,8 +11,10 @@
   :mod:`rs_lightning.agents.networks`), which puts it back together. Anything else (boxes of
   more dimensions, tuples, dicts, multi-discrete) is refused: it needs a wrapper of the
   user's that flattens it or extracts features first.
-- actions: ``Discrete`` only (a ``start`` other than 0 is shifted, :class:`ShiftedActions`);
-  continuous and multi-discrete actions are refused.
+- actions: ``Discrete`` (a ``start`` other than 0 is shifted, :class:`ShiftedActions`) for
+  the value-based agents, or a 1-D ``Box`` with finite bounds for the actor-critics, mapped
+  affinely onto [-1, 1]^d (gymnasium's ``RescaleAction``: a tanh-squashed actor's range);
+  multi-discrete actions and unbounded boxes are refused.
 - ``observation_normalization: bounds`` maps every dimension of a Box with finite bounds
   affinely onto [-1, 1] (:class:`BoundsNormalizedObservation`); unbounded dimensions pass
   through unchanged. It is stateless, so training, evaluation and resumed runs see the same
@@ -44,7 +47,8 @@ SUPPORTED_OBSERVATIONS = (
     "network=cnn) or Discrete (one-hot encoded); other spaces need a wrapper that flattens "
     "them or extracts features"
 )
-SUPPORTED_ACTIONS = "supported: Discrete actions only (continuous or multi-discrete actions are not)"
+SUPPORTED_ACTIONS = ("supported: Discrete actions, or a 1-D Box with finite bounds (continuous "
+                     "actions, for agent=dsac or agent=tqc); multi-discrete actions are not")
 
 
 class OneHotObservation(gym.ObservationWrapper):
@@ -158,7 +162,7 @@ def has_bounded_dimension(space: gym.spaces.Box) -> bool:
 def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "none") -> gym.Env:
     """``env`` wrapped for the agents, or ConfigError naming ``env.id`` and what is supported."""
     action_space = env.action_space
-    if not isinstance(action_space, gym.spaces.Discrete):
+    if not (isinstance(action_space, gym.spaces.Discrete) or is_continuous_box(action_space)):
         env.close()
         raise ConfigError(
             "env.id", f"{env_id!r} has action space {action_space}; {SUPPORTED_ACTIONS}"
@@ -182,9 +186,18 @@ def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "no
         env.close()
         raise ConfigError(
             "env.id", f"{env_id!r} has observation space {space}; {SUPPORTED_OBSERVATIONS}")
-    if int(action_space.start) != 0:
+    if isinstance(action_space, gym.spaces.Box):
+        ones = np.ones(action_space.shape, dtype=np.float32)
+        env = gym.wrappers.RescaleAction(env, -ones, ones)
+    elif int(action_space.start) != 0:
         env = ShiftedActions(env)
     return env
+
+
+def is_continuous_box(space: gym.Space) -> bool:
+    """A 1-D Box of actions with finite bounds (what the actor-critics act in)."""
+    return (isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+            and bool(np.isfinite(space.low).all() and np.isfinite(space.high).all()))
 
 
 # Environments an optional package registers when asked to (id prefix -> the package's module,

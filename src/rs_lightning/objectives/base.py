@@ -113,6 +113,8 @@ class Objective(ABC):
     observation_markov: ClassVar[bool] = True
     # Whether it needs a return law (not DQN's point value).
     needs_distribution: ClassVar[bool] = False
+    # Why it cannot run a continuous-action agent (an actor-critic); "" where it can.
+    refuses_continuous_actions: ClassVar[str] = ""
 
     def __init__(self, utility: Utility) -> None:
         self.utility = utility

@@ -171,6 +171,10 @@ class Static(Objective):
     # A static policy depends on (c, gamma^t, b), not on the observation alone.
     observation_markov = False
     needs_distribution = True  # its rules read the law's tail
+    refuses_continuous_actions = (
+        "its acting rule is an argmax over a finite set of actions' laws at the augmented "
+        "state (the threshold rule), which an actor does not give; an actor would need a "
+        "static loss of its own")
 
     def __init__(self, utility: Utility, static: StaticObjective) -> None:
         super().__init__(utility)

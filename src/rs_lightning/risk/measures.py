@@ -448,7 +448,12 @@ class UtilityArgmax:
     utility: Utility
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
-        return self.utility(dist).argmax(-1)
+        return self.utility_of(dist).argmax(-1)
+
+    def utility_of(self, dist: ReturnDistribution) -> Tensor:
+        """U of each law of ``dist`` ``[..., K]`` -> ``[...]`` (differentiable: an actor
+        maximises it)."""
+        return self.utility(dist)
 
     def select(self, index) -> UtilityArgmax:
         """The rule for some rows of the batch (:meth:`RowUtilityArgmax.select`): one
@@ -492,7 +497,11 @@ class RowUtilityArgmax:
     utility = None
 
     def __call__(self, dist: ReturnDistribution) -> Tensor:
-        return self.rows(dist).argmax(-1)
+        return self.utility_of(dist).argmax(-1)
+
+    def utility_of(self, dist: ReturnDistribution) -> Tensor:
+        """U of each law of a ``[..., B, A, K]`` distribution at its row's setting."""
+        return self.rows(dist)
 
     def select(self, index) -> RowUtilityArgmax:
         """The rule for the rows ``index`` of the batch (a member ``k`` of ``[K, B]``
