@@ -6,7 +6,7 @@ its tools (and of their subcommands), as one Markdown page.
 
 Nothing on the page is written by hand but its opening paragraphs: each tool's section is
 the help its own argparse parser prints, taken from the parser the tool builds (its
-``main`` is called until it parses, and stopped there), at a fixed width of 100 columns, so
+``main`` is called until it parses, and stopped there), at a fixed width of 80 columns, so
 the page and ``--help`` say the same. ``tests/test_cli_reference.py`` fails when the page is
 stale.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "reference" / "cli.md"
-WIDTH = "100"
+WIDTH = "80"
 
 INTRO = """\
 # Command-line tools
