@@ -16,7 +16,7 @@ training, evaluations excluded; the members of a ``parallel_seeds`` run share it
         --episodes 1000 \\
         --out docs/figures/conditioned_vs_per_setting.png --json comparison.json
 
-It prints the README table (Markdown) and writes the figure: per world, E against VaR_rho
+It prints the table of docs/guides/conditioning.md (Markdown) and writes the figure: per world, E against VaR_rho
 (exact on the grid worlds, Monte Carlo elsewhere), a point per alpha and approach with the
 seeds' standard deviation as error bars, and each conditioned run's whole frontier as a line
 when its ``frontier.json`` exists (``python -m rs_lightning.frontier <run>
@@ -121,7 +121,7 @@ def path_code(rows: list[dict[str, Any]]) -> str:
 
 
 def markdown(worlds: dict[str, dict[str, Any]]) -> str:
-    """The README table: per world and alpha, each approach's figures (mean over seeds; exact
+    """The table of docs/guides/conditioning.md: per world and alpha, each approach's figures (mean over seeds; exact
     on the grid worlds, with the seeds' paths), then each approach's total training time."""
     names = list(dict.fromkeys(a for result in worlds.values() for a in result["approaches"]))
     lines = ["| world | alpha | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Regenerate the README's figures from a finished paper_table sweep:
+# Regenerate the figures of docs/guides/paper.md from a finished paper_table sweep:
 #   bash docs/make_figures.sh outputs/multirun/paper_table_<date_time>
 # It runs the sweep report (python -m rs_lightning.report: results table, figures, report.html
-# and an offline W&B summary run, all in <sweep>/report/) and copies the figures the README
+# and an offline W&B summary run, all in <sweep>/report/) and copies the figures the docs
 # shows into docs/figures/. The distribution figures are those of the seed-0 RS-UMDQN-C job
 # of each environment, at a state where the risk-averse and the expectation-seeking choices
 # differ (rs_lightning.analysis.report.DECISION_CELLS).

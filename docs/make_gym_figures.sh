@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate the README's cliff-walking figures from a finished alpha sweep:
+# Regenerate the cliff-walking figures of docs/guides/environments.md from a finished alpha sweep:
 #   bash docs/make_gym_figures.sh outputs/multirun/cliff_alpha_sweep
-# made by (README, "Risk on gymnasium environments"):
+# made by (docs/guides/environments.md, "Cliff walking: risk-averse against risk-neutral"):
 #   python train.py -m env=cliff_walking env.kwargs.slip_probability=0.02 agent=c51 risk=cvar \
 #       alpha=1.0,0.2,0.6,0.4,0.8 seed=0 parallel_seeds=5 evaluation.episodes=2000 \
 #       evaluation.episodes_during_training=100 evaluation.every_n_steps=5000 \

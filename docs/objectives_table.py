@@ -1,4 +1,4 @@
-"""The README's table of the two objectives (issue: what does the agent optimise?).
+"""The table of the two objectives in docs/guides/objectives.md (what does the agent optimise?).
 
     python docs/objectives_table.py <sweep folder> [<sweep folder> ...]
 

@@ -1,5 +1,6 @@
 """The rs-lightning command: one entry for the tools that read runs, each with its --help;
-`python -m rs_lightning.<tool>` (the README's form) runs the same tools."""
+`python -m rs_lightning.<tool>` (the form docs/reference/cli.md names beside each tool) runs
+the same tools."""
 
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ def test_a_tool_runs_and_returns_its_status(tmp_path, capsys):
 
 @pytest.mark.parametrize("module", ["evaluation", "frontier", "results", "report", "plots",
                                     "gym_results"])
-def test_python_dash_m_runs_the_tool_under_its_readme_name(module):
+def test_python_dash_m_runs_the_tool_under_its_module_name(module):
     result = subprocess.run([sys.executable, "-m", f"rs_lightning.{module}", "--help"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage:")
 
 
-def test_the_readme_names_load_the_same_modules():
+def test_the_old_module_names_load_the_same_modules():
     import rs_lightning.evaluation as named
 
     import rs_lightning.analysis.evaluation as moved

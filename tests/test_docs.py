@@ -19,9 +19,16 @@ def test_the_site_builds_strictly(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
     assert result.returncode == 0, result.stderr[-3000:]
+    guides = ("paper", "risk-measures", "agents", "conditioning", "objectives", "environments",
+              "scaling", "resume", "reports", "search", "security")
     for page in ("index.html", "api/index.html", "reference/config/index.html",
-                 "changelog/index.html", "getting-started/index.html"):
+                 "reference/cli/index.html", "reference/run-folder/index.html",
+                 "changelog/index.html", "getting-started/index.html", "results/index.html",
+                 "extending/index.html", *(f"guides/{name}/index.html" for name in guides)):
         assert (tmp_path / page).is_file(), page
+    assert not (tmp_path / "tables").exists()  # included into pages, not pages of their own
+    results = (tmp_path / "results" / "index.html").read_text()
+    assert "--8&lt;--" not in results and "RiskyGridWorld-v0" in results  # tables included
     api = (tmp_path / "api" / "index.html").read_text()
     assert "load_agent" in api and "ActionLaws" in api  # the reference from the docstrings
     assert "0.2.0" in (tmp_path / "changelog" / "index.html").read_text()

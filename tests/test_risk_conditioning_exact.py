@@ -48,8 +48,8 @@ def exact_reference(world: str) -> tuple[list[str], list[float]]:
     return paths, switches
 
 
-def test_the_exact_references_pinned_in_the_readme():
-    """The switch points and the 21-alpha paths the README table shows."""
+def test_the_exact_references_pinned_in_the_docs():
+    """The switch points and the 21-alpha paths the table of docs/guides/conditioning.md shows."""
     expected = {
         "risky_rewards": ([0.8462], "g" * 17 + "o" * 4),
         "risky_transitions": ([0.6692, 0.7568], "g" * 14 + "o" * 7),
@@ -73,7 +73,7 @@ def test_one_conditioned_run_takes_the_exact_path_at_every_alpha(compose, tmp_pa
                  "evaluation.every_n_steps=0", "evaluation.episodes=1000",
                  "trainer.checkpoint_every_n_steps=0",
                  # RS-UMDQN-C computes each distinct (state, setting) once: one setting per
-                 # batch makes its 30,000 updates affordable (README)
+                 # batch makes its 30,000 updates affordable (docs/guides/conditioning.md)
                  *(["risk_conditioning.settings_per_batch=1"] if agent == "rs_umdqn_c" else [])]),
         run_dir=run_dir)
     result = frontier.frontier([run_dir], ALPHAS, None, 0, run_dir, exact_only=True)

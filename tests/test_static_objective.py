@@ -244,7 +244,7 @@ TWO_STAGE = ["logger=none", "callbacks.progress_bar=false", "evaluation.every_n_
 @pytest.mark.parametrize("risk", ["cvar", "var"])
 def test_two_stage_static_takes_the_risky_goal_after_luck_and_per_decision_the_safe_one(
         compose, tmp_path, risk):
-    """alpha 0.5, rho 0.1 (README, "Per-decision and static objectives"): the exact static
+    """alpha 0.5, rho 0.1 (docs/guides/objectives.md, "Results"): the exact static
     optimum takes the orange goal after the lucky stage one (0.6 of the episodes), the
     per-decision fixed point the green one. C51 with 10,000 updates learns each on all five
     seeds (measured: 890 s for the four runs on a shared two-core machine)."""

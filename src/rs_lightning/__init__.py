@@ -28,7 +28,7 @@ def __getattr__(name: str):
         return getattr(api, name)
     raise AttributeError(f"module 'rs_lightning' has no attribute {name!r}")
 
-# `python -m rs_lightning.<tool>`, as the README's commands run the tools, keeps working now
+# `python -m rs_lightning.<tool>`, the form docs/reference/cli.md names beside each tool, keeps working now
 # that they live in packages: the old name runs the tool's command line
 # (rs_lightning.app.commands.<tool>) and imports what it computes (the same module object as
 # rs_lightning.analysis.<tool>). The one place of this compatibility.

@@ -9,8 +9,8 @@ The config (conf/hydra/launcher/ray.yaml) has the layout of the official hydra-r
 ``ray.init`` are the keyword arguments of ``ray.init`` (``address: null`` starts a local
 instance, ``auto`` joins the cluster this machine belongs to) and ``ray.remote`` those of
 ``ray.remote`` (the resources of one job). That plugin is not used because it pins
-``cloudpickle<3``, which forces joblib back to 1.5 and cloudpickle to 2.2 (see README,
-"Scaling out").
+``cloudpickle<3``, which forces joblib back to 1.5 and cloudpickle to 2.2 (see
+docs/guides/scaling.md, "Ray").
 
 It lives in the ``hydra_plugins`` namespace package because Hydra instantiates launchers only
 from there. Importing it must stay cheap (Hydra imports every plugin at start-up): Ray is

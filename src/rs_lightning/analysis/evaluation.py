@@ -16,7 +16,7 @@ evaluates the greedy policy at that setting instead (``alpha=`` and the risk mea
 parameter by its name; either may be left out), Monte Carlo and, on the grid worlds, exactly,
 into ``eval_alpha=0.3,rho=0.05.json`` beside ``eval.json`` (which stays as it is). A
 risk-conditioned run acts at the setting it is given; any other run re-weighs its one learned
-law with it (README, "Risk-conditioned agents").
+law with it (docs/guides/conditioning.md, "Acting at a setting").
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ TOOLS = {
                     "gymnasium results: time to a return, the alpha trade-off, visit maps"),
     "config-reference": ("rs_lightning.app.config_reference",
                          "write the config reference (docs/reference/config.md), or --check it"),
+    "cli-reference": ("rs_lightning.app.cli_reference",
+                      "write this command-line reference (docs/reference/cli.md), or --check it"),
 }
 
 

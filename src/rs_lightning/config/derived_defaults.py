@@ -74,7 +74,7 @@ def _reward_bounds(env) -> tuple[float, float] | None:
         _warned.add(str(env.id))
         print(f"[rs_lightning] warning: gymnasium declares no reward bounds for {env.id!r}, so "
               "the defaults of env.reward_scale, env.return_min and env.return_max are guesses "
-              "(conf/env/gym.yaml); set them for this environment (README, \"Choosing the "
+              "(conf/env/gym.yaml); set them for this environment (docs/guides/environments.md, \"Choosing the "
               "return support\")", file=sys.stderr)
     return bounds
 

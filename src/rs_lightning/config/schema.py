@@ -42,7 +42,7 @@ def _at_most(key: str, value: int, limit: int, why: str) -> None:
     _require(value <= limit, key, f"at most {limit} ({why})", value)
 
 
-# Bounds checked before anything is allocated (README, "Reliability"): the seeds NumPy and
+# Bounds checked before anything is allocated (docs/guides/resume.md, "Bounds checked before anything is allocated"): the seeds NumPy and
 # Lightning accept, the largest magnitude of a return support in float32 arithmetic with
 # steps of order 1, and counts past which a run would only be slow for minutes, then fail.
 SEED_LIMIT = 2**32  # numpy.random.seed and pytorch_lightning.seed_everything: [0, 2^32)
@@ -83,7 +83,7 @@ class EnvSection:
     return_min: float = MISSING  # support of the learnt return distribution
     return_max: float = MISSING
     grid_size: Optional[int] = None  # grid worlds: write policy.json for every cell
-    # Keys of any gymnasium environment (README, "Any gymnasium environment"). The values
+    # Keys of any gymnasium environment (docs/guides/environments.md, "Any gymnasium environment"). The values
     # live in conf/env/*.yaml; these defaults let a run whose config.yaml lacks them load.
     reward_scale: float = 1.0  # rewards are multiplied by it (then clipped) for learning
     max_episode_steps: Optional[int] = None  # time limit (truncation); null: the env's own
@@ -341,7 +341,7 @@ class ObjectiveSection:
 
 @dataclass
 class LimitsSection:
-    """Budgets a run is checked against before it allocates anything (README, "Reliability")."""
+    """Budgets a run is checked against before it allocates anything (docs/guides/resume.md, "Bounds checked before anything is allocated")."""
 
     # Integration nodes per state of a UMNN agent's lattice on the return support
     # (agents.umnn.lattice_nodes): its evaluation's time and memory grow with it.
@@ -359,7 +359,7 @@ class LimitsSection:
 
 @dataclass
 class StaticObjectiveSection:
-    """The thresholds of ``objective=static`` (README, "Per-decision and static objectives")."""
+    """The thresholds of ``objective=static`` (docs/guides/objectives.md)."""
 
     uniform_share: float = 0.5  # training episodes whose threshold is drawn uniformly
     thresholds: int = 49  # candidate thresholds searched at an episode's start

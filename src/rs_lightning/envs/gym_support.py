@@ -20,7 +20,7 @@ or continuous actions in [-1, 1]^d.
   through unchanged. It is stateless, so training, evaluation and resumed runs see the same
   observations.
 
-:func:`discounted_return_bounds` is the rule the README gives for choosing the return support
+:func:`discounted_return_bounds` is the rule docs/guides/environments.md gives for choosing the return support
 [return_min, return_max] of an environment; :func:`declared_reward_bounds` and
 :func:`unit_reward_scale` derive the defaults of ``env=gym`` from what gymnasium declares
 (:mod:`rs_lightning.config.derived_defaults`).
@@ -264,7 +264,7 @@ def declared_reward_bounds(env: gym.Env, env_id: str, kwargs: dict | None = None
 
 def unit_reward_scale(return_low: float, return_high: float) -> float | None:
     """The power of ten that brings the larger of |return_low|, |return_high| into (0.1, 1]
-    (README, "Choosing the return support": returns of a few units suit every agent's
+    (docs/guides/environments.md, "Choosing the return support": returns of a few units suit every agent's
     default settings); None when both are 0."""
     largest = max(abs(return_low), abs(return_high))
     if not largest > 0 or not math.isfinite(largest):
