@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 EXTRA_MODULES = {
     "stats": "rliable", "optuna": "hydra_plugins.hydra_optuna_sweeper", "box2d": "Box2D",
     "minatar": "minatar", "cluster": "ray", "bench": "stable_baselines3",
-    "docs": "mkdocstrings_handlers.python",
+    "docs": "mkdocstrings_handlers.python", "mujoco": "mujoco",
 }
 
 

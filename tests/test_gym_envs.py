@@ -4,6 +4,7 @@ the cliff-walking preset's risk property (exact dynamic programming) and evaluat
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -404,6 +405,41 @@ def test_every_preset_trains_and_is_evaluated(compose, tmp_path, name):
     assert histogram["edges"][0] <= saved["var"] <= saved["expectation"] <= histogram["edges"][-1]
     history = [json.loads(line) for line in (tmp_path / name / "eval_history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [20, 40]
+
+
+# The continuous-action presets (the actor-critics) and the extra each needs.
+CONTINUOUS_PRESETS = {"pendulum": None, "mountain_car_continuous": None,
+                      "risky_navigation": None, "lunar_lander_continuous": "box2d",
+                      "lunar_lander_windy": "box2d", "half_cheetah": "mujoco",
+                      "hopper": "mujoco"}
+
+
+def test_every_preset_of_conf_env_is_tested():
+    presets = {p.stem for p in (CONF / "env").glob("*.yaml")}
+    covered = set(PRESETS) | set(CONTINUOUS_PRESETS) | {"gym"}
+    grid = {"risky_rewards", "risky_transitions", "risky_grid_world", "two_stage"}
+    minatar = {p for p in presets if p.startswith("minatar_")}
+    assert presets - covered - grid - minatar == set()
+
+
+@pytest.mark.parametrize("name", sorted(CONTINUOUS_PRESETS))
+def test_every_continuous_preset_trains_an_actor_critic(compose, tmp_path, name):
+    """A short TQC run on each continuous preset (episodes cut to 50 steps: the bodies of
+    MuJoCo and Box2D, not their long episodes, are what is checked here)."""
+    extra = CONTINUOUS_PRESETS[name]
+    if extra == "box2d" and not box2d_installed():
+        pytest.skip("the box2d extra (pip install -e '.[box2d]')")
+    if extra == "mujoco":
+        pytest.importorskip("mujoco", reason="the mujoco extra (pip install -e '.[mujoco]')")
+    summary = run(compose([f"env={name}", "agent=tqc", "agent.hidden_sizes=[32]",
+                           "env.max_episode_steps=50", "logger=none",
+                           "callbacks.progress_bar=false", "trainer.max_steps=30",
+                           "learning.warmup_steps=60", "trainer.checkpoint_every_n_steps=0",
+                           "evaluation.every_n_steps=0", "evaluation.episodes=4",
+                           "evaluation.batch_envs=4"]),
+                  run_dir=tmp_path / name)
+    assert summary["episodes"] == 4 and math.isfinite(summary["expectation"])
+    assert summary["env_steps"] == 90  # 60 of warm-up, then one per update
 
 
 @pytest.mark.slow

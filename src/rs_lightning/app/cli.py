@@ -102,9 +102,10 @@ def _warn_replaced_groups(experiment: str, content: dict, chosen: dict[str, str]
             group = str(key).removeprefix("override").strip().lstrip("/")
             if group in chosen and chosen[group] != str(preset):
                 print(f"warning: {group}={chosen[group]} replaces the {group}={preset} of "
-                      f"experiment={experiment} (with all its settings: normalisation, time "
-                      f"limit, ...); leave out {group}= to keep them, or set its keys "
-                      f"({group}.<key>=...)", file=sys.stderr)
+                      f"experiment={experiment}: the settings of {group}/{preset}.yaml give "
+                      f"way to those of {group}/{chosen[group]}.yaml (the experiment's own "
+                      f"{group}.<key> values still apply); leave out {group}= to keep them",
+                      file=sys.stderr)
 
 
 def check_yaml_mapping(path: Path) -> dict | None:

@@ -16,7 +16,7 @@ from rs_lightning.errors import ConfigError
 from rs_lightning.types import Problem
 
 # Environments whose dependency is an optional extra of this package: the extra to install.
-_EXTRAS = {"Box2D": "box2d", "box2d": "box2d"}
+_EXTRAS = {"Box2D": "box2d", "box2d": "box2d", "mujoco": "mujoco", "MuJoCo": "mujoco"}
 
 
 def make_env(config) -> gym.Env:

@@ -3,30 +3,30 @@
 A point mass starts at (0, 0) and must reach the goal, the square |x - 2| <= 0.15,
 |y| <= 0.15. Each step it moves by 0.1 times its action, a = (a_x, a_y) in [-1, 1]^2 (the
 speed limit is per coordinate: a diagonal step is as fast as a straight one). Between start
-and goal lies the risky region, the rectangle 0.35 <= x <= 1.65, |y| < 0.65: the first time
-the mass stands in it, with probability ``strike_probability`` a penalty of ``penalty``
-strikes (once per episode). The way around the region is longer.
+and goal lies the risky region, the rectangle 0.35 <= x <= 1.65, |y| < 0.95: at every step
+that ends in it, with probability ``strike_probability`` (0.1) a penalty of ``penalty``
+(0.8) strikes. The way around the region is longer.
 
 Rewards per step: ``-step_cost`` (0.1), the penalty when it strikes, and a shaping term
 ``shaping`` x (d(s) - d(s')), d the Euclidean distance to the goal square (0 on it), which
 tells the mass where the goal is and adds ``shaping`` x 1.85 to every episode that reaches
-the goal from the start, whatever the route. The episode ends (terminated) on the goal.
+the goal from the start, whatever the path. The episode ends (terminated) on the goal.
 
-The two routes' return laws are known exactly (:func:`route_laws`): the time-optimal paths
-of full-speed steps take 19 steps straight through the region and 25 around it, so with the
-defaults the undiscounted return S is
+A path of n steps, k of them in the region, has the undiscounted return
+S = 1.85 - 0.1 n - 0.8 K with K ~ Binomial(k, 0.1): its law is exact. The paths that matter
+(:func:`route_laws`, over the lattice of full-speed moves):
 
-- straight through: 1.85 - 19 x 0.1 = -0.05, less 2 with probability 0.2: E = -0.45, and
-  CVaR_0.1 = VaR_0.1 = -2.05;
-- around: 1.85 - 25 x 0.1 = -0.65, surely: E = CVaR = -0.65.
+- the risk-neutral optimum (the least expected cost, by Dijkstra's algorithm) crosses: 19
+  steps, 12 of them in the region, E = -1.01, CVaR_0.1 = -2.69;
+- around the region: 31 steps, none in it: S = -1.25 surely.
 
-The risk-neutral optimum crosses (-0.45 > -0.65); a CVaR_0.1 agent at alpha 0 goes around
-(-0.65 > -2.05). The region is low (the way around climbs 7 steps), so that an agent that
-learns to stay out of it finds the way around by exploring.
+A CVaR_0.1 agent at alpha 0 goes around (-1.25 > -2.69; any path with a step in the region
+has a strike probability of at least 0.1, so its CVaR_0.1 is at most its base less 0.8).
+Because the risk is met step by step, a per-decision agent feels it at every state of the
+region, and learns to leave it by the nearest edge before it learns the whole way around.
 
-The observation is (x, y, struck-or-entered flag): the flag makes the state Markov (after the
-first entry the region is harmless). ``info["risk_outcome"]`` is -1 once the penalty struck,
-+1 when the episode ends on the goal without it, 0 otherwise.
+The observation is the position (x, y). ``info["risk_outcome"]`` is -1 once a penalty
+struck in the episode, +1 when the episode ends on the goal without one, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 GOAL = (2.0, 0.0)
 GOAL_HALF_WIDTH = 0.15
 REGION_X = (0.35, 1.65)
-REGION_HALF_HEIGHT = 0.65
+REGION_HALF_HEIGHT = 0.95
 SPEED = 0.1
 ARENA = ((-0.5, 2.5), (-2.5, 2.5))  # x and y bounds the mass cannot leave
 
@@ -67,7 +67,7 @@ class RiskyNavigation(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
-    def __init__(self, strike_probability: float = 0.2, penalty: float = 2.0,
+    def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
                  step_cost: float = 0.1, shaping: float = 1.0) -> None:
         if not 0.0 <= strike_probability <= 1.0:
             raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
@@ -76,20 +76,18 @@ class RiskyNavigation(gym.Env):
         self.step_cost = float(step_cost)
         self.shaping = float(shaping)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        high = np.array([ARENA[0][1], ARENA[1][1], 1.0], np.float32)
-        low = np.array([ARENA[0][0], ARENA[1][0], 0.0], np.float32)
+        high = np.array([ARENA[0][1], ARENA[1][1]], np.float32)
+        low = np.array([ARENA[0][0], ARENA[1][0]], np.float32)
         self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
         self.position = np.zeros(2)
-        self.entered = False
         self.struck = False
 
     def _obs(self) -> np.ndarray:
-        return np.array([*self.position, float(self.entered)], dtype=np.float32)
+        return self.position.astype(np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.position = np.zeros(2)
-        self.entered = False
         self.struck = False
         return self._obs(), {}
 
@@ -101,64 +99,89 @@ class RiskyNavigation(gym.Env):
         position[1] = min(max(position[1], ARENA[1][0]), ARENA[1][1])
         self.position = position
         reward = -self.step_cost + self.shaping * (before - goal_distance(*position))
-        if not self.entered and in_region(*position):
-            self.entered = True
-            # One draw per episode, at the first entry.
-            if self.np_random.random() < self.strike_probability:
-                self.struck = True
-                reward -= self.penalty
+        # One draw at every step that ends in the region (and only there).
+        if in_region(*position) and self.np_random.random() < self.strike_probability:
+            self.struck = True
+            reward -= self.penalty
         terminated = on_goal(*position)
         outcome = -1.0 if self.struck else (1.0 if terminated else 0.0)
         return self._obs(), float(reward), terminated, False, {"risk_outcome": outcome}
 
 
-def route_paths() -> dict[str, list[tuple[float, float]]]:
-    """A time-optimal path of full-speed steps from the start to the goal, straight through
-    the region and around it: the positions after each step, by breadth-first search over
-    the lattice of full-speed moves from the start. The region's and the goal's edges lie
-    0.05 off that lattice, so a path on it never grazes an edge (the tests play these paths
-    in the environment and find the laws of :func:`route_laws`)."""
-    def search(avoid: bool) -> list[tuple[float, float]]:
-        parent: dict[tuple[int, int], tuple[int, int] | None] = {(0, 0): None}
-        frontier = [(0, 0)]
-        while frontier:
-            following = []
-            for i, j in frontier:
-                for di in (-1, 0, 1):
-                    for dj in (-1, 0, 1):
-                        cell = (i + di, j + dj)
-                        x, y = cell[0] * SPEED, cell[1] * SPEED
-                        if cell in parent or not (ARENA[0][0] <= x <= ARENA[0][1]
-                                                  and ARENA[1][0] <= y <= ARENA[1][1]):
-                            continue
-                        if avoid and in_region(x, y):
-                            continue
-                        parent[cell] = (i, j)
-                        if on_goal(x, y):
-                            path = []
-                            while cell != (0, 0):
-                                path.append((cell[0] * SPEED, cell[1] * SPEED))
-                                cell = parent[cell]
-                            return path[::-1]
-                        following.append(cell)
-            frontier = following
-        raise RuntimeError("the goal cannot be reached")
-
-    return {"straight": search(avoid=False), "around": search(avoid=True)}
+def _neighbours(cell: tuple[int, int]):
+    i, j = cell
+    for di in (-1, 0, 1):
+        for dj in (-1, 0, 1):
+            nxt = (i + di, j + dj)
+            x, y = nxt[0] * SPEED, nxt[1] * SPEED
+            if nxt != cell and (ARENA[0][0] <= x <= ARENA[0][1]
+                                and ARENA[1][0] <= y <= ARENA[1][1]):
+                yield nxt, x, y
 
 
-def route_laws(strike_probability: float = 0.2, penalty: float = 2.0, step_cost: float = 0.1,
+def least_cost_path(step_cost: float, region_cost: float | None
+                    ) -> list[tuple[float, float]]:
+    """The path of full-speed moves from the start to the goal of least total cost,
+    ``step_cost`` a step plus ``region_cost`` a step that ends in the region (None: the
+    region is forbidden), by Dijkstra's algorithm over the lattice of full-speed moves (the
+    region's and the goal's edges lie 0.05 off it, so a path on it never grazes an edge);
+    among paths of equal cost, the first found. Returns the positions after each step."""
+    import heapq
+
+    start = (0, 0)
+    best = {start: 0.0}
+    parent: dict[tuple[int, int], tuple[int, int]] = {}
+    queue = [(0.0, start)]
+    while queue:
+        cost, cell = heapq.heappop(queue)
+        if cost > best[cell] + 1e-12:
+            continue
+        if cell != start and on_goal(cell[0] * SPEED, cell[1] * SPEED):
+            path = []
+            while cell != start:
+                path.append((cell[0] * SPEED, cell[1] * SPEED))
+                cell = parent[cell]
+            return path[::-1]
+        for nxt, x, y in _neighbours(cell):
+            inside = in_region(x, y)
+            if inside and region_cost is None:
+                continue
+            total = cost + step_cost + (region_cost if inside else 0.0)
+            if total < best.get(nxt, math.inf) - 1e-12:
+                best[nxt] = total
+                parent[nxt] = cell
+                heapq.heappush(queue, (total, nxt))
+    raise RuntimeError("the goal cannot be reached")
+
+
+def route_paths(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1
+                ) -> dict[str, list[tuple[float, float]]]:
+    """The two paths of the module docstring: ``"crossing"``, the risk-neutral optimum (the
+    least expected cost: a step costs ``step_cost``, a step in the region
+    ``strike_probability`` x ``penalty`` more), and ``"around"``, the shortest path that
+    never enters the region."""
+    return {"crossing": least_cost_path(step_cost, strike_probability * penalty),
+            "around": least_cost_path(step_cost, None)}
+
+
+def path_law(path: list[tuple[float, float]], strike_probability: float = 0.1,
+             penalty: float = 0.8, step_cost: float = 0.1, shaping: float = 1.0
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The law of the undiscounted return S of a path that ends on the goal: ``(atoms,
+    probabilities)``, atoms ascending (S = 1.85 shaping - n step_cost - penalty K, K the
+    strikes of its k steps in the region, Binomial(k, strike_probability))."""
+    steps = len(path)
+    inside = sum(in_region(*point) for point in path)
+    strikes = np.arange(inside + 1)
+    probabilities = np.array([math.comb(inside, k) * strike_probability**k
+                              * (1.0 - strike_probability) ** (inside - k) for k in strikes])
+    atoms = shaping * goal_distance(0.0, 0.0) - step_cost * steps - penalty * strikes
+    order = np.argsort(atoms)
+    return atoms[order], probabilities[order]
+
+
+def route_laws(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
                shaping: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The law of the undiscounted return S of each time-optimal route: ``{route: (atoms,
-    probabilities)}``, atoms ascending."""
-    start_distance = goal_distance(0.0, 0.0)
-    laws = {}
-    for route, path in route_paths().items():
-        n = len(path)
-        base = shaping * start_distance - step_cost * n
-        if route == "straight" and strike_probability > 0.0:
-            laws[route] = (np.array([base - penalty, base]),
-                           np.array([strike_probability, 1.0 - strike_probability]))
-        else:
-            laws[route] = (np.array([base]), np.array([1.0]))
-    return laws
+    """The law of S of each path of :func:`route_paths`: ``{route: (atoms, probabilities)}``."""
+    return {route: path_law(path, strike_probability, penalty, step_cost, shaping)
+            for route, path in route_paths(strike_probability, penalty, step_cost).items()}
