@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+from rs_lightning.app.config_reference import write_or_check
+
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "reference" / "cli.md"
 WIDTH = "80"
@@ -118,16 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=PAGE,
                         help="the page (default docs/reference/cli.md)")
     args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        if not args.out.is_file() or args.out.read_text() != page:
-            print(f"error: {args.out} is stale: run rs-lightning cli-reference", file=sys.stderr)
-            return 1
-        return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(page)
-    print(f"-> {args.out}")
-    return 0
+    return write_or_check(render(), args.out, args.check, "cli-reference")
 
 
 if __name__ == "__main__":

@@ -275,16 +275,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit 1, writing nothing, if the page is not what conf/ gives")
     parser.add_argument("--out", type=Path, default=PAGE, help=f"the page (default {PAGE})")
     args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        if not args.out.is_file() or args.out.read_text() != page:
-            print(f"error: {args.out} is stale: run rs-lightning config-reference",
-                  file=sys.stderr)
+    return write_or_check(render(), args.out, args.check, "config-reference")
+
+
+def write_or_check(page: str, out: Path, check: bool, command: str) -> int:
+    """Write a generated page, or (``check``) exit 1 without writing if ``out`` is not it;
+    ``command`` is the rs-lightning subcommand that writes it."""
+    if check:
+        if not out.is_file() or out.read_text() != page:
+            print(f"error: {out} is stale: run rs-lightning {command}", file=sys.stderr)
             return 1
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(page)
-    print(f"-> {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page)
+    print(f"-> {out}")
     return 0
 
 
