@@ -54,3 +54,21 @@ def compose():
             return hydra_compose(config_name="train", overrides=list(overrides))
 
     return _compose
+
+
+# The files that take longest, longest first (from `--durations`: about half a minute to
+# three of the default suite's time each, mostly in subprocesses of train.py). The default suite's two workers
+# (pyproject.toml: -n 2 --dist loadfile --no-loadscope-reorder) take whole files in this
+# order, so that no long file starts last while the other worker has nothing left to do.
+LONGEST_FILES = (
+    "test_train.py", "test_faults.py", "test_docs.py", "test_hparams_search.py",
+    "test_bad_inputs.py", "test_gym_envs.py", "test_risk_conditioning.py",
+    "test_launchers.py", "test_run_folders.py", "test_parallel_seeds.py",
+    "test_static_objective.py", "test_sweeps.py", "test_extension.py", "test_workflow.py",
+    "test_report.py", "test_console.py", "test_tabular_references.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

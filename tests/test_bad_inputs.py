@@ -453,12 +453,26 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(compose, files, case, m
 
 # ------------------------------------------------------------------ the real command line
 CLI_CASES = [c for c in CASES if c.cli]
+# Every case above runs in-process in the default suite; on the command line (about 5 s of
+# imports each) these run with -m slow, as another command line case of the default suite
+# takes the same way to its line: a value the schema refuses ("alpha above 1", "max_time not
+# a duration", "a number where a list goes"), a budget ("replay of terabytes"), a missing
+# config group option ("unknown agent option"), and the environment's spaces
+# (test_gym_envs.py's command line cases).
+CLI_SLOW = {"zero batch size", "zero update ratio", "lr infinite", "reward_scale inf",
+            "seed 2^32", "return support of 1e30", "200000 environment copies",
+            "objective unknown", "tiny integration step", "unknown env option",
+            "continuous actions", "video observations"}
+assert CLI_SLOW <= {c.id for c in CLI_CASES}
 
 
 @pytest.fixture(scope="module")
-def cli_results(files):
-    """Every command line case, run side by side, each against its own copy of the finished
-    run (so that a case writing into it is caught as that case)."""
+def cli_results(files, request):
+    """Every command line case this session runs, side by side, each against its own copy of
+    the finished run (so that a case writing into it is caught as that case)."""
+    selected = {item.callspec.params["case"].id for item in request.session.items
+                if getattr(item, "originalname", None) == "test_bad_input_on_the_command_line"}
+    cases = [c for c in CLI_CASES if c.id in selected]
 
     def one(case: Case):
         args = overrides_of(case, files)
@@ -478,10 +492,12 @@ def cli_results(files):
         return result, before == (snapshot(target) if target.is_dir() else {})
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        return dict(zip((c.id for c in CLI_CASES), pool.map(one, CLI_CASES)))
+        return dict(zip((c.id for c in cases), pool.map(one, cases)))
 
 
-@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.id, marks=pytest.mark.slow if c.id in CLI_SLOW else ())
+    for c in CLI_CASES])
 def test_bad_input_on_the_command_line(cli_results, files, case):
     skip_if_gpu(case)
     result, untouched = cli_results[case.id]

@@ -506,12 +506,31 @@ ENVIRONMENT_FAULTS = [
 ]
 
 
+FAULTY_ENV = ["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+              "env=gym", "env.id=tests.gym_test_envs:Faulty-v0", "env.return_min=0",
+              "env.return_max=3", "env.reward_scale=1"]
+
+
 @pytest.mark.parametrize("fault, expected", ENVIRONMENT_FAULTS)
+def test_a_broken_environment_is_named_in_one_line_by_the_job(
+        compose, tmp_path, monkeypatch, capsys, fault, expected):
+    """Every fault, through the job train.py runs (in-process: no interpreter start-up)."""
+    status = run_job_here(compose, [*FAULTY_ENV, f"+env.kwargs.fault={fault}"],
+                          tmp_path / "run", monkeypatch)
+    assert status == 5
+    (line,) = fault_lines(capsys)
+    assert line.startswith("Error in the environment: tests.gym_test_envs:Faulty-v0: ")
+    assert expected in line
+
+
+# The command line, end to end (about 9 s each, mostly imports): the test above checks every
+# fault's line through the same job; two here, a bad value and an exception inside step(),
+# show that the command prints that line alone and exits 5. The rest run with -m slow.
+@pytest.mark.parametrize("fault, expected", [
+    pytest.param(*case, marks=() if case[0] in ("nan_reward", "raise") else pytest.mark.slow)
+    for case in ENVIRONMENT_FAULTS])
 def test_a_broken_environment_is_named_in_one_line(tmp_path, fault, expected):
-    result = train_cli("agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
-                       "env=gym", "env.id=tests.gym_test_envs:Faulty-v0",
-                       f"+env.kwargs.fault={fault}", "env.return_min=0", "env.return_max=3",
-                       "env.reward_scale=1", f"hydra.run.dir={tmp_path}/run")
+    result = train_cli(*FAULTY_ENV, f"+env.kwargs.fault={fault}", f"hydra.run.dir={tmp_path}/run")
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.returncode == 5, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
@@ -525,7 +544,9 @@ def test_without_home_w_and_b_stays_quiet(tmp_path):
     env = {key: value for key, value in os.environ.items()
            if key not in ("HOME", "XDG_CACHE_HOME")}
     env["WANDB_MODE"] = "offline"
-    result = train_cli(*QUICK_DQN, f"hydra.run.dir={tmp_path}/run", env=env)
+    # A short run (60 updates, no periodic evaluation): W&B's start and finish are the point.
+    result = train_cli(*QUICK_DQN, "trainer.max_steps=60", "evaluation.every_n_steps=0",
+                       f"hydra.run.dir={tmp_path}/run", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) <= 2, "\n".join(lines)

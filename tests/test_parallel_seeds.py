@@ -89,7 +89,16 @@ QUICK = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "trainer.m
          "evaluation.every_n_steps=60", "evaluation.episodes=200"]
 
 
-@pytest.mark.parametrize("name", STACKABLE)
+# End to end, two agents in the default suite: C51 (a categorical law) and the paper's
+# RS-UMDQN-C. Every stackable agent's distribution, loss and gradients as members are checked
+# against its single agent above, and DQN's members against sequential runs on two
+# gymnasium presets below; the other agents run here with -m slow.
+END_TO_END = ("c51", "rs_umdqn_c")
+
+
+@pytest.mark.parametrize("name", [
+    name if name in END_TO_END else pytest.param(name, marks=pytest.mark.slow)
+    for name in STACKABLE])
 def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
     """Member k and a run of seed 3 + k: the same weights (up to the rounding of batched
     products), the same greedy policy, the same evaluation."""

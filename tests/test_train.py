@@ -54,7 +54,10 @@ def test_used_by_command_runs_with_quick_debug(tmp_path):
 
 def test_multirun_runs_each_seed_as_its_own_grouped_wandb_run(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = train_cli("-m", "seed=0,1,2", "debug=quick", f"hydra.sweep.dir={sweep_dir}")
+    # Short jobs (50 updates, no periodic evaluation): the W&B runs and their group are the point.
+    result = train_cli("-m", "seed=0,1,2", "debug=quick", "trainer.max_steps=50",
+                       "evaluation.every_n_steps=0", "evaluation.episodes=20",
+                       f"hydra.sweep.dir={sweep_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "eval.json").exists())
     assert [json.loads((j / "eval.json").read_text())["seed"] for j in jobs] == [0, 1, 2]
@@ -81,7 +84,13 @@ def test_same_seed_gives_the_same_eval_json(compose, tmp_path):
 KILLABLE = {"dqn": "trainer.max_steps=1000", "rs_umdqn_c": "trainer.max_steps=300"}
 
 
-@pytest.mark.parametrize("agent, resume_from", [("dqn", "last.ckpt"), ("rs_umdqn_c", "newest step")])
+# The paper's agent is the default case: no other test of the default suite resumes it and
+# compares (test_agents.py's resume test takes the other agents, with -m slow). DQN's resume
+# from last.ckpt, the file a kill can catch mid-write, runs with -m slow: the default suite
+# resumes DQN from last.ckpt after SIGTERM (below, and test_faults.py in every phase) and
+# kills a process mid-write of a checkpoint (test_faults.py).
+@pytest.mark.parametrize("agent, resume_from", [
+    pytest.param("dqn", "last.ckpt", marks=pytest.mark.slow), ("rs_umdqn_c", "newest step")])
 def test_run_killed_with_sigkill_resumes_to_the_same_eval_json(compose, tmp_path, agent, resume_from):
     overrides = [
         "debug=quick", "logger=none", "callbacks.progress_bar=false", f"agent={agent}",
