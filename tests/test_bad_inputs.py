@@ -462,7 +462,8 @@ CLI_CASES = [c for c in CASES if c.cli]
 CLI_SLOW = {"zero batch size", "zero update ratio", "lr infinite", "reward_scale inf",
             "seed 2^32", "return support of 1e30", "200000 environment copies",
             "objective unknown", "tiny integration step", "unknown env option",
-            "continuous actions", "video observations"}
+            "continuous actions for a discrete agent", "discrete actions for an actor-critic",
+            "video observations"}
 assert CLI_SLOW <= {c.id for c in CLI_CASES}
 
 
