@@ -4,7 +4,7 @@ with their range as a band.
 
 Made from one run per agent of its CartPole preset, several seeds as members:
 
-    for agent in dqn c51 qr_dqn iqn rs_umdqn_c; do
+    for agent in dqn c51 qr_dqn iqn; do
         python train.py experiment=cartpole_fast_$agent alpha=1 seed=0 parallel_seeds=3 \\
             logger=none hydra.run.dir=outputs/cartpole_curves/$agent
     done
