@@ -347,7 +347,9 @@ def available_cases() -> list[str]:
     if (os.cpu_count() or 1) >= 2:
         stacked += [f"stacked{MEMBERS}_{name}_2threads" for name in STACKED_TARGETS]
         stacked += [f"side_by_side_{name}" for name in STACKED_TARGETS]
-    return (["plain_dqn", "lean_dqn", "cli_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(AGENTS) - {"dqn"})]]
+    # The discrete agents on the grid world; the actor-critics act on continuous actions only.
+    discrete = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+    return (["plain_dqn", "lean_dqn", "cli_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
             + ["compiled_dqn"] + stacked + ["flops"])
 
 
