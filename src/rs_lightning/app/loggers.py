@@ -24,7 +24,7 @@ class _ResumingCSVWriter(ExperimentWriter):
     those after it give way to the resumed run's. (A periodic evaluation that a signal gave up
     is logged at the checkpoint's own step, beside the rows logged there before.)"""
 
-    def __init__(self, log_dir: str, resume_step: int | None = None) -> None:
+    def __init__(self, log_dir: str, resume_step: int) -> None:
         self.resume_step = resume_step
         super().__init__(log_dir=log_dir)
 
@@ -39,12 +39,8 @@ class _ResumingCSVWriter(ExperimentWriter):
 
     def save(self) -> None:
         if self._earlier and self.metrics:
-            if self.resume_step is not None:
-                kept = [row for row in self._earlier
-                        if row.get("step") and float(row["step"]) <= self.resume_step]
-            else:  # the steps the resumed run logs again give way
-                first = min(int(row["step"]) for row in self.metrics)
-                kept = [row for row in self._earlier if row.get("step") and float(row["step"]) < first]
+            kept = [row for row in self._earlier
+                    if row.get("step") and float(row["step"]) <= self.resume_step]
             with open(self.metrics_file_path, "w", newline="") as file:
                 writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
                 writer.writeheader()
@@ -57,7 +53,7 @@ class ResumingCSVLogger(CSVLogger):
     """A CSVLogger whose resumed run appends to the metrics it logged before (see above);
     ``resume_step``: the step of the checkpoint it resumes from."""
 
-    def __init__(self, *args, resume_step: int | None = None, **kwargs) -> None:
+    def __init__(self, *args, resume_step: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.resume_step = resume_step
 
@@ -78,7 +74,7 @@ def _sweep_group() -> str | None:
 
 
 def make_loggers(run_config: ValidatedConfig, run_dir: Path, resolved: dict[str, Any],
-                 ckpt_path: str | None = None, resume_step: int | None = None) -> list:
+                 ckpt_path: str | None = None, resume_step: int = 0) -> list:
     """The configured loggers. W&B online falls back to offline when it cannot connect.
 
     The W&B run is named by the job's overrides and seed, its group is ``logger.group``, the
