@@ -27,16 +27,37 @@ def exploration_rate(env_step: int, start: float, end: float, decay: float, sche
     return end + (start - end) * max(0.0, 1.0 - env_step / decay)
 
 
-class EpsilonGreedy:
+class MemberExploration:
+    """What a behaviour policy keeps: one exploration generator per member (seeded
+    ``seed + 2``) and the share of random actions it last took (``epsilon``), checkpointed
+    per member."""
+
+    def __init__(self, seeds: list[int], epsilon: float) -> None:
+        self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
+        self.epsilon = epsilon
+
+    def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
+        chosen = range(len(self.generators)) if members is None else members
+        return {"generators": [self.generators[k].bit_generator.state for k in chosen],
+                "epsilon": self.epsilon}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["generators"]) != len(self.generators):
+            raise ValueError("the checkpoint's exploration state is of another number of members")
+        for generator, generator_state in zip(self.generators, state["generators"]):
+            generator.bit_generator.state = generator_state
+        self.epsilon = state["epsilon"]
+
+
+class EpsilonGreedy(MemberExploration):
     """Epsilon-greedy actions ``[K, N]`` for the observations ``[K, N, ...]`` of K members'
     N copies (NumPy arrays; module docstring). ``learning`` holds the schedule
     (``epsilon_*`` keys)."""
 
     def __init__(self, seeds: list[int], n_actions: int, learning) -> None:
-        self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
+        super().__init__(seeds, learning.epsilon_start)
         self.n_actions = n_actions
         self.learning = learning
-        self.epsilon = learning.epsilon_start
 
     def rate(self, env_step: int) -> float:
         cfg = self.learning
@@ -63,20 +84,8 @@ class EpsilonGreedy:
             actions[k, i] = action
         return actions
 
-    def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
-        chosen = range(len(self.generators)) if members is None else members
-        return {"generators": [self.generators[k].bit_generator.state for k in chosen],
-                "epsilon": self.epsilon}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["generators"]) != len(self.generators):
-            raise ValueError("the checkpoint's exploration state is of another number of members")
-        for generator, generator_state in zip(self.generators, state["generators"]):
-            generator.bit_generator.state = generator_state
-        self.epsilon = state["epsilon"]
-
-
-class ActorSampling:
+class ActorSampling(MemberExploration):
     """Continuous actions ``[K, N, d]`` in [-1, 1]^d: uniform draws during the warm-up (the
     first ``learning.warmup_steps`` environment steps, before any update, as SAC's
     random start), then the actor's own sample, ``policy(obs, noise)``, whose standard
@@ -85,10 +94,9 @@ class ActorSampling:
     ``epsilon`` reads 1 while the actions are uniform, 0 after."""
 
     def __init__(self, seeds: list[int], action_dim: int, learning) -> None:
-        self.generators = [np.random.default_rng(seed + 2) for seed in seeds]
+        super().__init__(seeds, 1.0)
         self.action_dim = action_dim
         self.warmup_steps = learning.warmup_steps
-        self.epsilon = 1.0
 
     def __call__(self, obs: np.ndarray, env_step: int, policy: Callable[..., np.ndarray]
                  ) -> np.ndarray:
@@ -100,9 +108,6 @@ class ActorSampling:
         self.epsilon = 0.0
         noise = np.stack([g.standard_normal(shape) for g in self.generators]).astype(np.float32)
         return np.asarray(policy(obs, noise), dtype=np.float32)
-
-    state_dict = EpsilonGreedy.state_dict
-    load_state_dict = EpsilonGreedy.load_state_dict
 
 
 def make_behaviour(seeds: list[int], problem, learning):
