@@ -145,13 +145,11 @@ class TrainedAgent:
         ``gymnasium.make(env.id)`` accepts; the training's wrapper did this mapping)."""
         from rs_lightning.envs.factory import make_env
 
-        env = make_env(self.config.train.env)
+        env = make_env(self.config.train.env)  # its outermost wrapper: that mapping
         try:
-            space = env.unwrapped.action_space
+            return np.asarray(env.action(np.asarray(actions, dtype=np.float32)))
         finally:
             env.close()
-        actions = np.asarray(actions, dtype=np.float64)
-        return (space.low + (actions + 1.0) * 0.5 * (space.high - space.low)).astype(space.dtype)
 
     def distribution(self, observations) -> ActionLaws:
         """The learned Z(s, a) of every action of each observation (`ActionLaws`); an
