@@ -72,3 +72,28 @@ LONGEST_FILES = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+
+
+def agents_by_actions(continuous: bool) -> list[str]:
+    """The registered agents that act in a continuous box (the actor-critics), or those that
+    pick among discrete actions."""
+    from rs_lightning.agents import AGENTS
+
+    return sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions == continuous)
+
+
+def run_and_resume_from_step_100(make_config, folder: Path, seeds: int) -> tuple[dict, dict]:
+    """A run of ``make_config()`` (checkpoints every 100 updates), then the same run resumed
+    from its step-100 checkpoint in another folder: both summaries, after checking that the
+    resumed run ends exactly as the uninterrupted one, its ``eval.json`` of each of
+    ``seeds`` members included."""
+    from rs_lightning.app.train import run
+
+    full = run(make_config(), run_dir=folder / "full")
+    checkpoint = folder / "full" / "checkpoints" / "step0000100.ckpt"
+    resumed = run(make_config(f"ckpt_path={checkpoint}"), run_dir=folder / "resumed")
+    assert resumed == full
+    for seed in range(seeds):
+        assert ((folder / "resumed" / f"seed_{seed}" / "eval.json").read_text()
+                == (folder / "full" / f"seed_{seed}" / "eval.json").read_text())
+    return full, resumed

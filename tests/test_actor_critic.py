@@ -24,6 +24,7 @@ from rs_lightning.agents.dsac import DSAC, DSACConfig
 from rs_lightning.agents.tqc import TQC, TQCConfig
 from rs_lightning.risk import Utility
 from rs_lightning.types import Problem, Transitions
+from tests.conftest import run_and_resume_from_step_100
 
 PROBLEM = Problem(obs_dim=1, n_actions=1, gamma=0.9, return_min=-10.0, return_max=10.0,
                   action_dim=1)
@@ -238,17 +239,9 @@ def quick(compose, *overrides):
 def test_members_copies_and_n_step_returns_train_and_resume_exactly(compose, tmp_path, agent):
     """Two members, two copies each, 3-step returns, an update every other step:
     the run from its step-100 checkpoint ends exactly as the uninterrupted one."""
-    from rs_lightning.app.train import run
-
     overrides = [f"agent={agent}", "agent.hidden_sizes=[32]", "parallel_seeds=2",
                  "env.num_envs=2", "learning.n_step=3", "learning.updates_per_step=0.5",
                  "learning.warmup_steps=64", "trainer.max_steps=200",
                  "trainer.checkpoint_every_n_steps=100"]
-    full = run(quick(compose, *overrides), run_dir=tmp_path / "full")
-    checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
-    resumed = run(quick(compose, *overrides, f"ckpt_path={checkpoint}"),
-                  run_dir=tmp_path / "resumed")
-    assert resumed == full
-    for seed in (0, 1):
-        assert ((tmp_path / "full" / f"seed_{seed}" / "eval.json").read_text()
-                == (tmp_path / "resumed" / f"seed_{seed}" / "eval.json").read_text())
+    run_and_resume_from_step_100(lambda *more: quick(compose, *overrides, *more), tmp_path,
+                                 seeds=2)

@@ -40,14 +40,13 @@ from rs_lightning.risk import (
     from_cdf,
     value_at_risk,
 )
-from tests.conftest import CONF
+from tests.conftest import CONF, agents_by_actions
 from tests.test_risk import Mixture
 
 NAMES = sorted(AGENTS)
 # The value-based agents pick among actions by choose_action; the actor-critics act in a box
 # (their own contract: tests/test_actor_critic.py).
-DISCRETE = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
-CONTINUOUS = sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions)
+DISCRETE = agents_by_actions(continuous=False)
 RISKS = sorted(p.stem for p in (CONF / "risk").glob("*.yaml"))
 GRID = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
 BOX = Problem(obs_dim=2, n_actions=1, gamma=0.9, return_min=-2.0, return_max=2.0, action_dim=2)

@@ -8,14 +8,15 @@ import pytest
 
 import rs_lightning
 from rs_lightning.agents import AGENTS
+from tests.conftest import agents_by_actions
 
 # Every cell of the 3 x 3 grid worlds: the observations of the default environment.
 CELLS = np.array([[x, y] for x in range(3) for y in range(3)], dtype=np.float32)
 # The actor-critics train on the risky navigation world: its observations are positions.
 POSITIONS = np.array([[x, y] for x in (0.0, 0.5, 1.5) for y in (-1.0, 0.0, 1.0)],
                      dtype=np.float32)
-DISCRETE = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
-CONTINUOUS = sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions)
+DISCRETE = agents_by_actions(continuous=False)
+CONTINUOUS = agents_by_actions(continuous=True)
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,14 @@ from rs_lightning.app.train import run
 from rs_lightning.envs.factory import env_problem, make_env
 from rs_lightning.errors import ConfigError
 from rs_lightning.risk import Utility
-from tests.conftest import CONF
+from tests.conftest import CONF, agents_by_actions
 
 IMAGE = (6, 5, 3)  # [H, W, C]: height and width differ, so a wrong layout cannot pass
 PROBLEM = Problem(obs_dim=math.prod(IMAGE), n_actions=3, gamma=0.9, return_min=0.0,
                   return_max=2.0, obs_shape=IMAGE)
 CNN = NetworkConfig(name="cnn", channels=[4, 8], kernel_size=3, stride=1, layout="channels_last")
 # The value-based agents read images; the actor-critics refuse network=cnn (tested below).
-DISCRETE = sorted(name for name, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+DISCRETE = agents_by_actions(continuous=False)
 STACKABLE = sorted(name for name in DISCRETE if AGENTS[name][0].supports_members)
 
 

@@ -23,7 +23,7 @@ from rs_lightning.risk import (
     declared_parameter,
 )
 from rs_lightning.risk.conditioning import RiskConditioning, widen
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_and_resume_from_step_100
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
@@ -195,14 +195,9 @@ def test_conditioned_run_with_members_and_copies_resumes_exactly(compose, tmp_pa
     draws of acting and learning are in the checkpoint)."""
     overrides = ["agent=c51", "parallel_seeds=2", "env.num_envs=2",
                  "trainer.checkpoint_every_n_steps=100"]
-    full = run(conditioned(compose, *overrides), run_dir=tmp_path / "full")
+    run_and_resume_from_step_100(lambda *more: conditioned(compose, *overrides, *more),
+                                 tmp_path, seeds=2)
     checkpoint = tmp_path / "full" / "checkpoints" / "step0000100.ckpt"
-    resumed = run(conditioned(compose, *overrides, f"ckpt_path={checkpoint}"),
-                  run_dir=tmp_path / "resumed")
-    assert resumed == full
-    for seed in ("seed_0", "seed_1"):
-        assert ((tmp_path / "resumed" / seed / "eval.json").read_text()
-                == (tmp_path / "full" / seed / "eval.json").read_text())
     weights = [torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)
                ["state_dict"] for name in ("full", "resumed")]
     assert weights[0].keys() == weights[1].keys()

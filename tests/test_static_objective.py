@@ -19,13 +19,14 @@ from rs_lightning.files import write_json_atomic
 from rs_lightning.objectives.static import AccumulatedReturns, best_thresholds
 from rs_lightning.risk import ReturnDistribution, Utility
 from rs_lightning.risk.static import StaticObjective
+from tests.conftest import agents_by_actions
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
 # The static objective's agents: a law, and a finite set of actions to pick among (the
 # actor-critics are refused it: tests/test_bad_inputs.py).
-DISTRIBUTIONAL = sorted(name for name, (cls, _) in AGENTS.items()
-                        if cls.distributional and not cls.continuous_actions)
+DISTRIBUTIONAL = [name for name in agents_by_actions(continuous=False)
+                  if AGENTS[name][0].distributional]
 
 
 def objective(risk: str = "cvar", alpha: float = 0.5, rho: float = 0.1, **params
