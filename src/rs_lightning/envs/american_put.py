@@ -39,8 +39,6 @@ HOLD, EXERCISE = 0, 1
 class AmericanPut(gym.Env):
     """Hold or exercise an American put on a binomial lattice (module docstring)."""
 
-    metadata = {"render_modes": []}
-
     def __init__(
         self,
         periods: int = 8,

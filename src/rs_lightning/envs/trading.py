@@ -36,7 +36,7 @@ last step (the evaluation's R_s is then P(profit) - P(loss)).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -69,8 +69,6 @@ def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatilit
 
 class Trading(gym.Env):
     """A position in a mean-reverting price over ``periods`` periods (module docstring)."""
-
-    metadata = {"render_modes": []}
 
     def __init__(
         self,
