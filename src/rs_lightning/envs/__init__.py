@@ -43,6 +43,10 @@ _ENTRY_POINTS = {
     # A point mass between a risky short cut and a safe detour (continuous actions,
     # envs/risky_navigation.py).
     "rs_lightning/RiskyNavigation-v0": "rs_lightning.envs.risky_navigation:RiskyNavigation",
+    # Finite-horizon tabular benchmarks with time folded into the state: a position in a
+    # mean-reverting price (envs/trading.py) and an American put (envs/american_put.py).
+    "rs_lightning/Trading-v0": "rs_lightning.envs.trading:Trading",
+    "rs_lightning/AmericanPut-v0": "rs_lightning.envs.american_put:AmericanPut",
 }
 
 # The registry is process-wide: a re-import (importlib.reload, test collection) must not
