@@ -68,9 +68,10 @@ def test_the_iqm_of_known_numbers_and_the_range_below_five_seeds():
     # 6 runs pooled: floor(6 / 4) = 1 cut from each end -> mean of 0.2 .. 0.8
     assert summary.estimate.iqm == pytest.approx(0.5)
     assert summary.estimate.method == RANGE_METHOD
-    # each seed's IQM over the worlds: (0, 0.6) -> 0.3, (0.2, 0.8) -> 0.5, (0.4, 1) -> 0.7
-    assert (summary.estimate.low, summary.estimate.high) == pytest.approx((0.3, 0.7))
-    assert summary.interval_label.startswith("range of 3 seeds") and "95%" not in summary.interval_label
+    # no interval below 5 seeds: the lowest and the highest run
+    assert (summary.estimate.low, summary.estimate.high) == (0.0, 1.0)
+    assert summary.interval_label.startswith("range of the runs: 3 seeds x 2 worlds")
+    assert "95%" not in summary.interval_label and "CI below 5 seeds" in summary.interval_label
     assert interquartile_mean([1, 2, 3, 4, 100, -100, 5, 6]) == pytest.approx(3.5)
 
 
@@ -99,7 +100,7 @@ def test_the_leaderboard_files_from_eval_json_fixtures(tmp_path, monkeypatch):
         assert (tmp_path / name).is_file()
     rows = (tmp_path / "leaderboard.csv").read_text().splitlines()
     assert rows[1].startswith("1,c51,") and rows[2].startswith("2,dqn,")
-    assert "| 1 | c51 |" in markdown and "range of 2 seeds" in markdown
+    assert "| 1 | c51 |" in markdown and "range of the runs: 2 seeds x 1 world " in markdown
     # c51: scores 1 and 0.75, IQM (no cut below 4 runs) 0.875
     assert "0.875" in markdown
 

@@ -27,7 +27,8 @@ same utility (alpha, measure, level) of the episode's discounted return from the
 Per method (agent x measure x objective) the interquartile mean of the scores over worlds x
 seeds, with a stratified bootstrap interval (each world's seeds resampled within it,
 :func:`rs_lightning.analysis.stats.stratified_estimate`) once every world has at least
-``MIN_SEEDS_FOR_INTERVAL`` seeds; below that the seeds' range, labelled so.
+``MIN_SEEDS_FOR_INTERVAL`` seeds; below that the range of the runs' scores (the seeds of
+every world), labelled so.
 """
 
 from __future__ import annotations
@@ -209,13 +210,15 @@ class MethodSummary:
 
     @property
     def interval_label(self) -> str:
-        return interval_label(self.estimate, self.fewest_seeds)
+        return interval_label(self.estimate, self.fewest_seeds, self.worlds)
 
 
-def interval_label(estimate: Estimate, seeds: int) -> str:
-    """What the interval is: a confidence interval only with MIN_SEEDS_FOR_INTERVAL seeds."""
+def interval_label(estimate: Estimate, seeds: int, worlds: int) -> str:
+    """What the interval is: a confidence interval only with MIN_SEEDS_FOR_INTERVAL seeds
+    in every world; below, the range of the runs (every seed of every world)."""
     if estimate.method == RANGE_METHOD or seeds < MIN_SEEDS_FOR_INTERVAL:
-        return f"range of {seeds} seed{'s' if seeds != 1 else ''} (no CI below {MIN_SEEDS_FOR_INTERVAL})"
+        return (f"range of the runs: {seeds} seed{'s' if seeds != 1 else ''} x {worlds} "
+                f"world{'s' if worlds != 1 else ''} (no CI below {MIN_SEEDS_FOR_INTERVAL} seeds)")
     return f"{CONFIDENCE:.0%} CI, stratified bootstrap"
 
 
@@ -263,7 +266,7 @@ def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
         "(per_decision: the per-decision fixed point; static: the static optimum), 0 the "
         "uniform-random policy. IQM over worlds x seeds; the interval is a "
         f"{CONFIDENCE:.0%} stratified bootstrap CI only where every world has at least "
-        f"{MIN_SEEDS_FOR_INTERVAL} seeds, else the range of the per-seed IQMs "
+        f"{MIN_SEEDS_FOR_INTERVAL} seeds, else the range of the runs' scores "
         "(docs/results/benchmark.md).", "",
         "| rank | agent | measure | objective | worlds | runs | IQM score | interval | "
         "interval is | runs > 1 |",

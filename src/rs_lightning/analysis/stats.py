@@ -174,18 +174,16 @@ def stratified_estimate(
     from that task's own (Agarwal et al.'s aggregate over tasks).
 
     With fewer than MIN_SEEDS_FOR_INTERVAL seeds in some task it gives no interval but the
-    seeds' range: the IQM over tasks of each seed's scores (the i-th score of every task
-    with at least i + 1), their minimum and maximum. ``use_rliable``: as in
+    range of the runs' scores (every seed of every task): the lowest and the highest run,
+    which always hold the IQM (an aggregate of each seed's scores over the tasks need not:
+    the pooled IQM trims runs that a seed's mean keeps). ``use_rliable``: as in
     :func:`interval_estimates`; rliable needs as many seeds in every task.
     """
     tasks = [np.asarray(task, dtype=float) for task in tasks]
-    pooled = float(interquartile_mean(np.concatenate(tasks)))
-    fewest = min(task.size for task in tasks)
-    if fewest < MIN_SEEDS_FOR_INTERVAL:
-        most = max(task.size for task in tasks)
-        per_seed = [interquartile_mean(np.array([task[i] for task in tasks if task.size > i]))
-                    for i in range(most)]
-        return Estimate(pooled, float(min(per_seed)), float(max(per_seed)), RANGE_METHOD)
+    runs = np.concatenate(tasks)
+    pooled = float(interquartile_mean(runs))
+    if min(task.size for task in tasks) < MIN_SEEDS_FOR_INTERVAL:
+        return Estimate(pooled, float(runs.min()), float(runs.max()), RANGE_METHOD)
     if use_rliable is None:
         use_rliable = rliable_installed()
     if use_rliable and len({task.size for task in tasks}) == 1:

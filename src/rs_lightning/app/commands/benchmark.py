@@ -52,12 +52,10 @@ def allowed_values(preset: dict) -> dict[str, list[str]]:
     """What each flag accepts: the preset's worlds (the suite: ``hydra.sweeper.params.env``),
     the agents of discrete actions, the measures with exact references on every world, the
     objectives the leaderboard scores."""
-    from rs_lightning.agents.base import AGENTS
+    from rs_lightning.agents import AGENTS  # the package registers every agent
     from rs_lightning.analysis.benchmark import SCORED_KEYS
     from rs_lightning.references.exact_policies import CLOSED_FORM_RISKS
     from rs_lightning.references.tabular_references import REFERENCE_RISKS
-
-    import rs_lightning.agents  # noqa: F401  (registers the agents)
 
     agents = [p.stem for p in sorted(CONF.glob("agent/*.yaml"))
               if p.stem in AGENTS and not AGENTS[p.stem][0].continuous_actions]
@@ -102,8 +100,8 @@ def train_command(args: argparse.Namespace) -> list[str]:
         chosen = _names(given if given is not None else sweep[key])
         unknown = [name for name in chosen if name not in allowed[flag]]
         if unknown or not chosen:
-            raise BadInput(f"{flag}: {'no ' + what + ' ' + repr(unknown[0]) if unknown else 'empty'}"
-                           f"; allowed: {', '.join(allowed[flag])}")
+            problem = f"no {what} {unknown[0]!r}" if unknown else "empty"
+            raise BadInput(f"{flag}: {problem}; allowed: {', '.join(allowed[flag])}")
         overrides.append(f"{key}={','.join(chosen)}")
     seeds = args.seeds if args.seeds is not None else int(preset["parallel_seeds"])
     if seeds < 1:
@@ -123,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     print("[rs_lightning] benchmark: " + " ".join(command[1:]), file=sys.stderr)
     start = time.monotonic()
-    status = subprocess.call(command, cwd=ROOT)
+    # In the caller's folder, as `python train.py` would be: relative paths mean the same.
+    status = subprocess.call(command)
     sweep_dir = Path(next(o for o in command if o.startswith("hydra.sweep.dir=")).split("=", 1)[1])
-    sweep_dir = sweep_dir if sweep_dir.is_absolute() else ROOT / sweep_dir
     leaderboard = sweep_dir / "leaderboard.md"
     minutes = (time.monotonic() - start) / 60
     if leaderboard.is_file() and status in (0, 1):  # 1: some jobs failed, the rest scored
