@@ -22,7 +22,9 @@ same utility (alpha, measure, level) of the episode's discounted return from the
 - ``objective=static``: ``U`` = U of the whole episode's discounted return of the learned
   policy, which depends on the return so far and so is estimated by Monte Carlo
   (``mc_static_utility``, its standard error in ``scores.csv``); ``U*`` = the static optimum
-  (``static_optimum``; with VaR on a tabular world the best policy found, a lower bound).
+  (``static_optimum``: on the paper's grid worlds over cell-Markov policies, which a policy
+  of the return so far can beat; with VaR on a tabular world the best policy found, a
+  lower bound).
 
 Per method (agent x measure x objective) the interquartile mean of the scores over worlds x
 seeds, with a stratified bootstrap interval (each world's seeds resampled within it,
@@ -287,8 +289,10 @@ def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
     notes = ["runs > 1: runs scoring above their target; with per_decision, a greedy policy "
              "whose start utility beats the fixed point's is not the per-decision solution.",
              "static: U is the Monte Carlo estimate of the learned policy's static utility "
-             "(its standard error per run in scores.csv); with VaR on a tabular world U* is "
-             "the best policy found, a lower bound."]
+             "(its standard error per run in scores.csv), so a run at the optimum scores 1 "
+             "give or take that error; U* is the optimum over cell-Markov policies on the "
+             "paper's grid worlds (a policy of the return so far can beat it) and, with VaR "
+             "on a tabular world, the best policy found (a lower bound)."]
     if left_out:
         notes.append(f"{len(left_out)} run(s) left out: " + "; ".join(left_out))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
