@@ -159,3 +159,36 @@ def test_a_tiny_benchmark_end_to_end(tmp_path):
     markdown = (tmp_path / "leaderboard.md").read_text()
     assert "| 1 | c51 | cvar(rho=0.1) a=0.5 | per_decision | 1 | 1 |" in markdown
     assert (tmp_path / "profiles.png").stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------- the lower reference
+def test_the_random_policy_reference_is_a_mixture_of_the_actions():
+    from rs_lightning.references.exact import PAPER_PATHS, exact_return, uniform_random_policy
+
+    # a policy of probability 1 on the deterministic policy's action is that policy
+    path = PAPER_PATHS["risky_rewards"]["green"]
+    sure = exact_return("risky_rewards", lambda cell: {path[cell]: 1.0}).mixture
+    assert sure.mean() == pytest.approx(exact_return("risky_rewards", path).mixture.mean())
+    # uniform: the first step's four actions weigh a quarter each
+    random = exact_return("risky_rewards", uniform_random_policy(4)).mixture
+    first = [exact_return("risky_rewards", uniform_random_policy(4), first_action=a).mixture
+             for a in range(4)]
+    assert random.mean() == pytest.approx(np.mean([law.mean() for law in first]))
+
+
+def test_the_tabular_random_reference_averages_the_actions():
+    from rs_lightning.references.tabular_references import (
+        TabularModel,
+        static_utility,
+        uniform_random_utility,
+    )
+    from rs_lightning.risk import Utility
+
+    # one state, two actions ending the episode with reward 0 or 1: the random policy's
+    # return is 0 or 1 with probability 1/2 each
+    model = TabularModel(probs=np.ones((1, 2, 1)), next_states=np.zeros((1, 2, 1), dtype=np.int64),
+                         rewards=np.array([[[0.0], [1.0]]]), terminal=np.ones((1, 2, 1), bool),
+                         start=np.ones(1), horizon=None)
+    mean = Utility(1.0, "expectation", {})
+    assert uniform_random_utility(model, mean, 0.9) == pytest.approx(0.5, abs=1e-3)
+    assert static_utility(model, np.array([1]), mean, 0.9) == pytest.approx(1.0, abs=1e-3)
