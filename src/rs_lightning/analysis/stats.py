@@ -162,6 +162,62 @@ def interval_estimates(
     return estimates
 
 
+def stratified_estimate(
+    tasks: Sequence[Sequence[float]],
+    reps: int = BOOTSTRAP_REPS,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+    use_rliable: Optional[bool] = None,
+) -> Estimate:
+    """The IQM of the runs of several tasks pooled (``tasks[i]``: the scores of task i's
+    seeds), and its stratified bootstrap interval: each resample draws every task's seeds
+    from that task's own (Agarwal et al.'s aggregate over tasks).
+
+    With fewer than MIN_SEEDS_FOR_INTERVAL seeds in some task it gives no interval but the
+    range of the runs' scores (every seed of every task): the lowest and the highest run,
+    which always hold the IQM (an aggregate of each seed's scores over the tasks need not:
+    the pooled IQM trims runs that a seed's mean keeps). ``use_rliable``: as in
+    :func:`interval_estimates`; rliable needs as many seeds in every task.
+    """
+    tasks = [np.asarray(task, dtype=float) for task in tasks]
+    runs = np.concatenate(tasks)
+    pooled = float(interquartile_mean(runs))
+    if min(task.size for task in tasks) < MIN_SEEDS_FOR_INTERVAL:
+        return Estimate(pooled, float(runs.min()), float(runs.max()), RANGE_METHOD)
+    if use_rliable is None:
+        use_rliable = rliable_installed()
+    if use_rliable and len({task.size for task in tasks}) == 1:
+        low, high = _rliable_pooled_interval(np.stack(tasks, axis=1), reps, confidence, seed)
+        return Estimate(pooled, low, high, RLIABLE_METHOD)
+    rng = np.random.default_rng(seed)
+    samples = np.concatenate(
+        [task[rng.integers(0, task.size, size=(reps, task.size))] for task in tasks], axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(interquartile_mean(samples, axis=-1), [tail, 100 - tail])
+    return Estimate(pooled, float(low), float(high), STRATIFIED_METHOD)
+
+
+STRATIFIED_METHOD = "stratified percentile bootstrap (NumPy)"
+
+
+def _rliable_pooled_interval(matrix: np.ndarray, reps: int, confidence: float, seed: int
+                             ) -> tuple[float, float]:
+    """rliable's stratified bootstrap interval of the IQM of ``matrix`` ([seeds, tasks])
+    pooled."""
+    from rliable import library
+
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        _, intervals = library.get_interval_estimates(
+            {"scores": matrix}, lambda runs: np.array([interquartile_mean(runs.ravel())]),
+            reps=reps, confidence_interval_size=confidence)
+    finally:
+        np.random.set_state(state)
+    low, high = intervals["scores"]
+    return float(np.ravel(low)[0]), float(np.ravel(high)[0])
+
+
 def interval_estimate(scores: Sequence[float], **options) -> Estimate:
     """:func:`interval_estimates` of one metric."""
     return interval_estimates({"scores": scores}, **options)["scores"]

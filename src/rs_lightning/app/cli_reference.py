@@ -96,6 +96,7 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 
 def render() -> str:
+    from rs_lightning import MOVED_TOOLS
     from rs_lightning.app.console import TOOLS, parser
 
     with _fixed_width():
@@ -103,8 +104,10 @@ def render() -> str:
         for name, (module, summary) in TOOLS.items():
             tool = tool_parser(name)
             short = module.rsplit(".", 1)[-1]
-            alias = (f"`python -m {module}`" if name.endswith("-reference")
-                     else f"`python -m rs_lightning.{short}`")
+            # The tools that read runs keep their former short module names
+            # (rs_lightning.MOVED_TOOLS); the others are named by their module.
+            alias = (f"`python -m rs_lightning.{short}`"
+                     if f"rs_lightning.{short}" in MOVED_TOOLS else f"`python -m {module}`")
             lead = f"{summary[0].upper()}{summary[1:]}; also {alias}.\n"
             parts += [f"## rs-lightning {name}\n", lead, "```text", _help(tool), "```\n"]
             for sub, sub_parser in subcommands(tool).items():

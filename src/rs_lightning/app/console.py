@@ -1,5 +1,6 @@
 """``rs-lightning``: the command line of the tools that read runs (training is
-``python train.py ...``, Hydra's command line).
+``python train.py ...``, Hydra's command line; ``rs-lightning benchmark`` launches one
+multirun of it and ranks the runs).
 
     rs-lightning --help                 # the tools
     rs-lightning evaluate --help        # one tool's options
@@ -30,6 +31,8 @@ TOOLS = {
               "figures: learned return distributions, learning curves, a grid policy"),
     "gym-results": ("rs_lightning.app.commands.gym_results",
                     "gymnasium results: time to a return, the alpha trade-off, visit maps"),
+    "benchmark": ("rs_lightning.app.commands.benchmark",
+                  "train the risk-sensitive benchmark suite (one multirun) and rank it"),
     "config-reference": ("rs_lightning.app.config_reference",
                          "write the config reference (docs/reference/config.md), or --check it"),
     "cli-reference": ("rs_lightning.app.cli_reference",

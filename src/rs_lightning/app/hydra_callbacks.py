@@ -38,6 +38,23 @@ class WriteResultsTable(Callback):
               file=sys.stderr)
 
 
+class WriteLeaderboard(Callback):
+    """After a benchmark multirun, its leaderboard (scores against the exact references,
+    :mod:`rs_lightning.analysis.benchmark`) into the sweep folder."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from rs_lightning.analysis.benchmark import write_leaderboard
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            table = write_leaderboard(sweep_dir)
+        except FileNotFoundError as error:
+            print(f"[rs_lightning] no leaderboard: {error}", file=sys.stderr)
+            return
+        print(f"[rs_lightning] leaderboard of the benchmark ({sweep_dir / 'leaderboard.md'}):"
+              f"\n{table}", file=sys.stderr)
+
+
 def _task_config(config: DictConfig) -> DictConfig:
     """The job's config as the task function receives it: without the ``hydra`` node."""
 

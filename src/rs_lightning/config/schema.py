@@ -555,19 +555,32 @@ def objective_from(train: TrainConfig, agent: AgentConfig, utility: Utility) -> 
     """The objective a checked config names (``objective``; the risk-conditioned one for
     ``agent.risk_conditioned=true``, whose networks see the setting)."""
     name = train.objective
-    if agent.risk_conditioned:
-        if name != "per_decision":
-            raise ConfigError("objective", f"{name} does not combine with "
-                              "agent.risk_conditioned=true (allowed: per_decision)")
-        name = "conditioned"
-    objective_class = OBJECTIVES[name]
-    if objective_class.refuses_continuous_actions and AGENTS[agent.name][0].continuous_actions:
-        raise ConfigError("objective", f"{name} is not defined for agent={agent.name}: "
-                          f"{objective_class.refuses_continuous_actions} (allowed: per_decision)")
-    if objective_class.needs_distribution and not AGENTS[agent.name][0].distributional:
-        raise ConfigError("objective", f"{name} needs a distributional agent; agent="
-                          f"{agent.name} learns a point value (allowed: per_decision)")
+    refusal = objective_refusal(agent.name, name, agent.risk_conditioned)
+    if refusal is not None:
+        raise ConfigError("objective", refusal)
+    objective_class = OBJECTIVES["conditioned" if agent.risk_conditioned else name]
     return objective_class.from_config(utility, train)
+
+
+def objective_refusal(agent_name: str, objective: str, risk_conditioned: bool = False
+                      ) -> Optional[str]:
+    """Why ``objective`` cannot train the agent ``agent_name`` (what the ConfigError of
+    :func:`objective_from` says), or None where it can. The one statement of the rule;
+    the benchmark's sweep leaves the refused pairs out by it."""
+    if risk_conditioned:
+        if objective != "per_decision":
+            return (f"{objective} does not combine with agent.risk_conditioned=true "
+                    "(allowed: per_decision)")
+        objective = "conditioned"
+    objective_class = OBJECTIVES[objective]
+    agent_class = AGENTS[agent_name][0]
+    if objective_class.refuses_continuous_actions and agent_class.continuous_actions:
+        return (f"{objective} is not defined for agent={agent_name}: "
+                f"{objective_class.refuses_continuous_actions} (allowed: per_decision)")
+    if objective_class.needs_distribution and not agent_class.distributional:
+        return (f"{objective} needs a distributional agent; agent={agent_name} learns a "
+                "point value (allowed: per_decision)")
+    return None
 
 
 def validate(cfg: DictConfig) -> ValidatedConfig:

@@ -39,6 +39,8 @@ from rs_lightning.envs.grid_worlds import (
 from rs_lightning.risk import combine_utility
 
 CellPolicy = Union[Mapping[Cell, int], Callable[[Cell], int]]
+# A policy that draws its action: each cell's {action: probability}.
+RandomCellPolicy = Callable[[Cell], Mapping[int, float]]
 
 _CLASSES: dict[str, type[GridWorld]] = {
     "risky_rewards": RiskyRewards,
@@ -208,7 +210,7 @@ def _resolve_env(
 
 def exact_return(
     env: Union[str, type[GridWorld], GridWorld],
-    policy: CellPolicy,
+    policy: Union[CellPolicy, RandomCellPolicy],
     *,
     max_steps: Optional[int] = None,
     trap_terminal: Optional[bool] = None,
@@ -221,8 +223,10 @@ def exact_return(
     Args:
         env: short name ("risky_grid_world"), gymnasium id, GridWorld class, or instance
             (possibly wrapped; its max_steps / trap_terminal are used unless given here).
-        policy: deterministic stationary policy, {(x, y): action} or a callable on cells.
-            Only cells the policy actually reaches are looked up.
+        policy: deterministic stationary policy, {(x, y): action} or a callable on cells;
+            a callable may instead give each cell's {action: probability} (a stationary
+            random policy, e.g. :func:`uniform_random_policy`). Only cells the policy
+            actually reaches are looked up.
         max_steps: episode limit (default 10); the episode ends there whatever the
             timeout convention, which only matters to learners.
         trap_terminal: risky grid world only, see :class:`RiskyGridWorld`.
@@ -254,17 +258,19 @@ def exact_return(
         discount = gamma**t
         successors: dict[tuple, list[float]] = {}
         for (cell, flag, _), (prob, mean) in frontier.items():
-            action = first_action if (t == 0 and first_action is not None) else lookup(cell)
-            for out in model.outcomes(cell, action, flag):
-                for p_comp, mu in out.reward_components:
-                    p = prob * out.probability * p_comp
-                    m = mean + discount * mu
-                    if out.terminal:
-                        r_s = model.risk_outcome(out.next_cell, True, out.new_flag)
-                        add(ends, (round(m, _MEAN_DECIMALS), t + 1, r_s), p, m)
-                    else:
-                        key = (out.next_cell, out.new_flag, round(m, _MEAN_DECIMALS))
-                        add(successors, key, p, m)
+            chosen = first_action if (t == 0 and first_action is not None) else lookup(cell)
+            actions = chosen.items() if isinstance(chosen, Mapping) else ((chosen, 1.0),)
+            for action, p_action in actions:
+                for out in model.outcomes(cell, action, flag):
+                    for p_comp, mu in out.reward_components:
+                        p = prob * p_action * out.probability * p_comp
+                        m = mean + discount * mu
+                        if out.terminal:
+                            r_s = model.risk_outcome(out.next_cell, True, out.new_flag)
+                            add(ends, (round(m, _MEAN_DECIMALS), t + 1, r_s), p, m)
+                        else:
+                            key = (out.next_cell, out.new_flag, round(m, _MEAN_DECIMALS))
+                            add(successors, key, p, m)
         frontier = successors
     for (cell, flag, key), (prob, mean) in frontier.items():  # the time limit
         add(ends, (key, model.max_steps, model.risk_outcome(cell, False, flag)), prob, mean)
@@ -281,6 +287,13 @@ def exact_return(
     variance_factor = [sum(gamma ** (2 * i) for i in range(n)) for _, n in keys]
     stds = REWARD_STD * np.sqrt(np.array(variance_factor))
     return ExactReturn(GaussianMixture(weights / weights.sum(), means, stds), risk_probs)
+
+
+def uniform_random_policy(n_actions: int) -> RandomCellPolicy:
+    """The policy that draws every action with probability 1 / ``n_actions`` in every cell
+    (the benchmark's lower reference, :mod:`rs_lightning.analysis.benchmark`)."""
+    probabilities = {action: 1.0 / n_actions for action in range(n_actions)}
+    return lambda cell: probabilities
 
 
 def _policy(**overrides: int) -> dict[Cell, int]:
@@ -349,5 +362,7 @@ __all__ = [
     "GaussianMixture",
     "PAPER_PATHS",
     "CellPolicy",
+    "RandomCellPolicy",
     "exact_return",
+    "uniform_random_policy",
 ]

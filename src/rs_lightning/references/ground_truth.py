@@ -28,7 +28,12 @@ import torch
 
 from rs_lightning.envs.grid_worlds import START, Cell
 from rs_lightning.references import tabular_references
-from rs_lightning.references.exact import GaussianMixture, _resolve_env, exact_return
+from rs_lightning.references.exact import (
+    GaussianMixture,
+    _resolve_env,
+    exact_return,
+    uniform_random_policy,
+)
 
 # The utility of an exact law lives in the core layer, beside the exact reference policies.
 from rs_lightning.references.exact_policies import (
@@ -70,6 +75,11 @@ class ExactReferences:
     def static_references(self, utility: Utility) -> dict[str, Any]:
         """The references that need no learned policy: :func:`static_references`."""
         return {}
+
+    def uniform_random_utility(self, utility: Utility) -> Optional[float]:
+        """U[sum_t gamma^t r_t] of the policy drawing every action uniformly at random,
+        exactly (None where the world has no references)."""
+        return None
 
 
 class GridWorldReferences(ExactReferences):
@@ -115,6 +125,11 @@ class GridWorldReferences(ExactReferences):
                 "per_decision_path": fixed_point.path,
                 "per_decision_static_utility": fixed_point.discounted.utility}
 
+    def uniform_random_utility(self, utility: Utility) -> Optional[float]:
+        law = exact_return(self.world, uniform_random_policy(self.world.action_space.n),
+                           gamma=self.gamma)
+        return exact_utility(law.mixture, utility)
+
     def action_laws(self, greedy: BatchPolicy, n_actions: int, cell: Cell = START
                     ) -> list[GaussianMixture]:
         """The exact law of the discounted return Z(cell, a) of every first action ``a``
@@ -145,6 +160,9 @@ class TabularReferences(ExactReferences):
 
     def static_references(self, utility: Utility) -> dict[str, Any]:
         return tabular_references.policy_free_references(self.model, utility, self.gamma)
+
+    def uniform_random_utility(self, utility: Utility) -> Optional[float]:
+        return tabular_references.uniform_random_utility(self.model, utility, self.gamma)
 
 
 def exact_references(env_config, rho: float) -> ExactReferences:

@@ -417,6 +417,21 @@ def static_utility(model: TabularModel, policy: np.ndarray, utility: Utility, ga
     return float(law_utility(episode_law(model, policy, gamma, grid), utility))
 
 
+def uniform_random_utility(model: TabularModel, utility: Utility, gamma: float) -> float:
+    """U[sum_t gamma^t r_t] of the policy that draws every action with probability
+    1 / A in every state: the static utility of a one-action model whose outcomes are
+    those of every action, each weighted 1 / A."""
+    n_states, n_actions, width = model.probs.shape
+
+    def merged(array: np.ndarray) -> np.ndarray:
+        return array.reshape(n_states, 1, n_actions * width)
+
+    random_model = TabularModel(merged(model.probs) / n_actions, merged(model.next_states),
+                                merged(model.rewards), merged(model.terminal), model.start,
+                                model.horizon, model.shape)
+    return static_utility(random_model, np.zeros(n_states, dtype=np.int64), utility, gamma)
+
+
 # --------------------------------------------------------------------------- per-decision
 
 
@@ -794,5 +809,5 @@ __all__ = [
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
-    "static_optimum", "static_utility", "static_var_optimum", "tabular_model",
+    "static_optimum", "static_utility", "static_var_optimum", "tabular_model", "uniform_random_utility",
 ]

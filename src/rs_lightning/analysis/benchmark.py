@@ -1,0 +1,367 @@
+"""The leaderboard of a benchmark sweep: every run scored against its world's exact
+references, one table ranking the methods over worlds and seeds.
+
+    rs-lightning benchmark ...     # trains the suite, then writes the leaderboard
+
+writes ``leaderboard.md``, ``leaderboard.csv`` (one row per method), ``scores.csv`` (one row
+per run) and ``profiles.png`` (performance profiles) into the sweep folder or ``out``. It
+reads run folders (``eval.json``, ``config.yaml``) and the exact references; it never trains.
+
+**The score of a run.** ``U`` is what the learned greedy policy attains on the objective the
+run optimised, ``U*`` the exact target of that objective on the run's world, and ``U_rand``
+the exact utility of the policy that draws every action uniformly at random, all of the
+same utility (alpha, measure, level) of the episode's discounted return from the start:
+
+    score = (U - U_rand) / (U* - U_rand)      1: the target, 0: no better than random
+
+- ``objective=per_decision``: ``U`` = U[Z] of the greedy (Markov) policy, exact
+  (``eval.json`` ``exact_static_utility``); ``U*`` = that of the per-decision fixed point
+  (``per_decision_static_utility``). The fixed point is an equilibrium, not a maximum over
+  policies, so a policy that leaves it can score above 1 (it then is not the per-decision
+  solution); the leaderboard counts those runs.
+- ``objective=static``: ``U`` = U of the whole episode's discounted return of the learned
+  policy, which depends on the return so far and so is estimated by Monte Carlo
+  (``mc_static_utility``, its standard error in ``scores.csv``); ``U*`` = the static optimum
+  (``static_optimum``: on the paper's grid worlds over cell-Markov policies, which a policy
+  of the return so far can beat; with VaR on a tabular world the best policy found, a
+  lower bound).
+
+Per method (agent x measure x objective) the interquartile mean of the scores over worlds x
+seeds, with a stratified bootstrap interval (each world's seeds resampled within it,
+:func:`rs_lightning.analysis.stats.stratified_estimate`) once every world has at least
+``MIN_SEEDS_FOR_INTERVAL`` seeds; below that the range of the runs' scores (the seeds of
+every world), labelled so.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from rs_lightning.analysis.results import DamagedFile, collect, read_config
+from rs_lightning.analysis.stats import (
+    CONFIDENCE,
+    MIN_SEEDS_FOR_INTERVAL,
+    RANGE_METHOD,
+    Estimate,
+    interquartile_mean,
+    stratified_estimate,
+)
+
+# objective -> (the eval.json key of the policy's utility U, that of the target U*)
+SCORED_KEYS = {
+    "per_decision": ("exact_static_utility", "per_decision_static_utility"),
+    "static": ("mc_static_utility", "static_optimum"),
+}
+# A world whose target is within this of the random policy's utility ranks nothing.
+MIN_SPAN = 1e-9
+# Thresholds of the performance profiles: the share of runs scoring at least tau.
+PROFILE_POINTS = 201
+FILES = ("leaderboard.md", "leaderboard.csv", "scores.csv", "profiles.png")
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """One run's (one seed's) score and what it is made of (environment reward units)."""
+
+    job: str
+    world: str
+    agent: str
+    measure: str
+    objective: str
+    seed: int
+    utility: float  # U of the learned policy on the objective it optimised
+    target: float  # U*: the per-decision fixed point's, or the static optimum
+    random: float  # U of the uniform-random policy
+    utility_stderr: Optional[float]  # Monte Carlo standard error of U (static runs)
+
+    @property
+    def gap(self) -> float:
+        """U* - U, in the world's units."""
+        return self.target - self.utility
+
+    @property
+    def score(self) -> float:
+        return normalised_score(self.utility, self.target, self.random)
+
+    @property
+    def method(self) -> tuple[str, str, str]:
+        return self.agent, self.measure, self.objective
+
+
+def normalised_score(utility: float, target: float, random: float) -> float:
+    """(U - U_rand) / (U* - U_rand): 1 at the target, 0 at the uniform-random policy."""
+    return (utility - random) / (target - random)
+
+
+# ----------------------------------------------------------------------------- reading runs
+def world_names(conf_dir: Optional[Path] = None) -> dict[str, str]:
+    """{gymnasium id: the name of its ``conf/env`` file} (the names the command line uses)."""
+    from omegaconf import OmegaConf
+
+    from rs_lightning.analysis.runs import CONF_DIR
+
+    names: dict[str, str] = {}
+    for path in sorted((conf_dir or CONF_DIR).glob("env/*.yaml")):
+        env_id = OmegaConf.load(path).get("id")
+        if isinstance(env_id, str):
+            names.setdefault(env_id, path.stem)
+    return names
+
+
+def measure_label(config: dict[str, Any]) -> str:
+    """The utility a run optimised: ``cvar(rho=0.1) a=0.5``."""
+    risk = dict(config.get("risk") or {})
+    name = risk.pop("name", "?")
+    params = ",".join(f"{key}={value}" for key, value in sorted(risk.items()))
+    return f"{name}({params}) a={config.get('alpha')}" if params else f"{name} a={config.get('alpha')}"
+
+
+class RandomReferences:
+    """The uniform-random policy's exact utility, once per world setting and utility."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Optional[float]] = {}
+
+    def __call__(self, config: dict[str, Any]) -> Optional[float]:
+        from omegaconf import OmegaConf
+
+        from rs_lightning.config.schema import utility_from
+        from rs_lightning.references.ground_truth import exact_references
+
+        key = json.dumps([config.get("env"), config.get("risk"), config.get("alpha")],
+                         sort_keys=True, default=str)
+        if key not in self._cache:
+            utility = utility_from(config["risk"], float(config["alpha"]))
+            rho = float(config["risk"].get("rho", 0.1))
+            references = exact_references(OmegaConf.create(config["env"]), rho)
+            self._cache[key] = references.uniform_random_utility(utility)
+        return self._cache[key]
+
+
+def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[float],
+              worlds: dict[str, str]) -> RunScore | str:
+    """The run's score, or why it has none (one line)."""
+    objective = str(config.get("objective", row.get("objective", "per_decision")))
+    if objective not in SCORED_KEYS:
+        return f"objective {objective!r} has no exact target (scored: {', '.join(SCORED_KEYS)})"
+    own_key, target_key = SCORED_KEYS[objective]
+    if own_key not in row or target_key not in row:
+        missing = [key for key in (own_key, target_key) if key not in row]
+        return f"its eval.json has no {' or '.join(missing)} (a world or measure without exact references)"
+    if random is None:
+        return "its world has no exact references"
+    target, utility = float(row[target_key]), float(row[own_key])
+    if not (math.isfinite(target) and math.isfinite(utility)) or target - random <= MIN_SPAN:
+        return (f"its target U*={target:.4g} is not above the random policy's {random:.4g}: "
+                "the world ranks nothing with this utility")
+    env_id = str(config["env"]["id"])
+    stderr = row.get("mc_static_utility_stderr") if objective == "static" else None
+    return RunScore(job=row["job"], world=worlds.get(env_id, env_id),
+                    agent=str(config["agent"]["name"]), measure=measure_label(config),
+                    objective=objective, seed=int(row.get("seed", config.get("seed", 0))),
+                    utility=utility, target=target, random=float(random),
+                    utility_stderr=None if stderr is None else float(stderr))
+
+
+def collect_scores(sweep_dir: Path) -> tuple[list[RunScore], list[str]]:
+    """Every finished run's score below ``sweep_dir``, and one line for each run left out."""
+    sweep_dir = Path(sweep_dir)
+    worlds, random_of = world_names(), RandomReferences()
+    scores: list[RunScore] = []
+    rows = collect(sweep_dir)
+    left_out = [f"{line} (unreadable)" for line in rows.damaged]
+    for row in rows:
+        try:
+            config = read_config(sweep_dir / row["job"])
+        except DamagedFile as error:
+            left_out.append(str(error))
+            continue
+        if config is None:
+            left_out.append(f"{row['job']}: no config.yaml")
+            continue
+        scored = score_run(row, config, random_of(config), worlds)
+        if isinstance(scored, str):
+            left_out.append(f"{row['job']}: {scored}")
+        else:
+            scores.append(scored)
+    return scores, left_out
+
+
+# ----------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class MethodSummary:
+    agent: str
+    measure: str
+    objective: str
+    worlds: int
+    runs: int
+    fewest_seeds: int  # the fewest seeds of one world
+    estimate: Estimate  # IQM of the scores over worlds x seeds, interval or range
+    above_target: int  # runs scoring above 1 (per-decision: not the fixed point)
+    world_iqm: dict[str, float]  # each world's IQM over its seeds
+
+    @property
+    def interval_label(self) -> str:
+        return interval_label(self.estimate, self.fewest_seeds, self.worlds)
+
+
+def interval_label(estimate: Estimate, seeds: int, worlds: int) -> str:
+    """What the interval is: a confidence interval only with MIN_SEEDS_FOR_INTERVAL seeds
+    in every world; below, the range of the runs (every seed of every world)."""
+    if estimate.method == RANGE_METHOD or seeds < MIN_SEEDS_FOR_INTERVAL:
+        return (f"range of the runs: {seeds} seed{'s' if seeds != 1 else ''} x {worlds} "
+                f"world{'s' if worlds != 1 else ''} (no CI below {MIN_SEEDS_FOR_INTERVAL} seeds)")
+    return f"{CONFIDENCE:.0%} CI, stratified bootstrap"
+
+
+def summarize(scores: Iterable[RunScore], seed: int = 0) -> list[MethodSummary]:
+    """One summary per method, best IQM first."""
+    by_method: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    above: dict[tuple, int] = defaultdict(int)
+    for run in sorted(scores, key=lambda r: (r.method, r.world, r.seed)):
+        by_method[run.method][run.world].append(run.score)
+        above[run.method] += run.score > 1.0 + 1e-9
+    summaries = []
+    for (agent, measure, objective), worlds in by_method.items():
+        tasks = list(worlds.values())
+        estimate = stratified_estimate(tasks, seed=seed)
+        summaries.append(MethodSummary(
+            agent, measure, objective, worlds=len(tasks), runs=sum(map(len, tasks)),
+            fewest_seeds=min(map(len, tasks)), estimate=estimate,
+            above_target=above[(agent, measure, objective)],
+            world_iqm={world: float(interquartile_mean(v)) for world, v in worlds.items()}))
+    return sorted(summaries, key=lambda m: (-m.estimate.iqm, m.agent, m.measure, m.objective))
+
+
+def performance_profile(scores: Iterable[RunScore], taus: np.ndarray
+                        ) -> dict[tuple[str, str, str], np.ndarray]:
+    """{method: the share of its runs with a score >= tau, for each tau}."""
+    by_method: dict[tuple, list[float]] = defaultdict(list)
+    for run in scores:
+        by_method[run.method].append(run.score)
+    return {method: (np.asarray(values)[None, :] >= taus[:, None]).mean(axis=1)
+            for method, values in sorted(by_method.items())}
+
+
+# ----------------------------------------------------------------------------- outputs
+def _method_name(agent: str, measure: str, objective: str) -> str:
+    return f"{agent} / {measure} / {objective}"
+
+
+def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
+                left_out: list[str]) -> str:
+    worlds = sorted({run.world for run in scores})
+    lines = [
+        "# Benchmark leaderboard", "",
+        f"{len(scores)} runs, {len(summaries)} methods, worlds: {', '.join(worlds)}.", "",
+        "Score = (U - U_rand) / (U* - U_rand): 1 is the exact target of the objective "
+        "(per_decision: the per-decision fixed point; static: the static optimum), 0 the "
+        "uniform-random policy. IQM over worlds x seeds; the interval is a "
+        f"{CONFIDENCE:.0%} stratified bootstrap CI only where every world has at least "
+        f"{MIN_SEEDS_FOR_INTERVAL} seeds, else the range of the runs' scores "
+        "(docs/results/benchmark.md).", "",
+        "| rank | agent | measure | objective | worlds | runs | IQM score | interval | "
+        "interval is | runs > 1 |",
+        "|---:|---|---|---|---:|---:|---:|---|---|---:|",
+    ]
+    for rank, m in enumerate(summaries, 1):
+        e = m.estimate
+        lines.append(f"| {rank} | {m.agent} | {m.measure} | {m.objective} | {m.worlds} | "
+                     f"{m.runs} | {e.iqm:.3f} | [{e.low:.3f}, {e.high:.3f}] | "
+                     f"{m.interval_label} | {m.above_target} |")
+    lines += ["", "## Per world (IQM of the seeds' scores)", "",
+              "| method | " + " | ".join(worlds) + " |",
+              "|---|" + "---:|" * len(worlds)]
+    for m in summaries:
+        cells = [f"{m.world_iqm[w]:.3f}" if w in m.world_iqm else "—" for w in worlds]
+        lines.append(f"| {_method_name(m.agent, m.measure, m.objective)} | "
+                     + " | ".join(cells) + " |")
+    notes = ["runs > 1: runs scoring above their target; with per_decision, a greedy policy "
+             "whose start utility beats the fixed point's is not the per-decision solution.",
+             "static: U is the Monte Carlo estimate of the learned policy's static utility "
+             "(its standard error per run in scores.csv), so a run at the optimum scores 1 "
+             "give or take that error; U* is the optimum over cell-Markov policies on the "
+             "paper's grid worlds (a policy of the return so far can beat it) and, with VaR "
+             "on a tabular world, the best policy found (a lower bound)."]
+    if left_out:
+        notes.append(f"{len(left_out)} run(s) left out: " + "; ".join(left_out))
+    lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _csv(header: list[str], rows: Iterable[list[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def leaderboard_csv(summaries: list[MethodSummary]) -> str:
+    return _csv(["rank", "agent", "measure", "objective", "worlds", "runs", "fewest_seeds",
+                 "iqm_score", "low", "high", "interval", "above_target"],
+                ([rank, m.agent, m.measure, m.objective, m.worlds, m.runs, m.fewest_seeds,
+                  m.estimate.iqm, m.estimate.low, m.estimate.high, m.interval_label,
+                  m.above_target] for rank, m in enumerate(summaries, 1)))
+
+
+def scores_csv(scores: list[RunScore]) -> str:
+    fields = list(asdict(scores[0])) if scores else []
+    return _csv(fields + ["gap", "score"],
+                ([*asdict(run).values(), run.gap, run.score] for run in scores))
+
+
+def plot_profiles(scores: list[RunScore], path: Path) -> None:
+    """Performance profiles, one panel per objective: the share of runs scoring >= tau."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = [run.score for run in scores]
+    taus = np.linspace(min(0.0, min(values)), max(1.0, max(values)), PROFILE_POINTS)
+    objectives = sorted({run.objective for run in scores})
+    figure, axes = plt.subplots(1, len(objectives), figsize=(6 * len(objectives), 4.2),
+                                squeeze=False, sharey=True)
+    for axis, objective in zip(axes[0], objectives):
+        profile = performance_profile([r for r in scores if r.objective == objective], taus)
+        for (agent, measure, _), shares in profile.items():
+            axis.plot(taus, shares, label=f"{agent} / {measure}")
+        axis.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        axis.set_title(f"objective={objective}")
+        axis.set_xlabel("normalised score tau (1: the exact target, 0: random policy)")
+        axis.legend(fontsize=7)
+    axes[0][0].set_ylabel("share of runs with score >= tau")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None) -> str:
+    """Score the runs below ``sweep_dir`` and write the leaderboard files into ``out``
+    (default: ``sweep_dir``); returns the Markdown. FileNotFoundError without a scored run."""
+    scores, left_out = collect_scores(Path(sweep_dir))
+    for line in left_out:
+        print(f"warning: benchmark: left out {line}", file=sys.stderr)
+    if not scores:
+        raise FileNotFoundError(f"no run with exact references finished in {sweep_dir}")
+    summaries = summarize(scores)
+    markdown = to_markdown(summaries, scores, left_out)
+    out = Path(out or sweep_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "leaderboard.md").write_text(markdown)
+    (out / "leaderboard.csv").write_text(leaderboard_csv(summaries))
+    (out / "scores.csv").write_text(scores_csv(scores))
+    plot_profiles(scores, out / "profiles.png")
+    return markdown
+

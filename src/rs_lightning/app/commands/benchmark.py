@@ -1,0 +1,136 @@
+"""``rs-lightning benchmark``: the risk-sensitive benchmark suite in one command.
+
+It launches one Hydra multirun of ``train.py`` over worlds x agents x measures x
+objectives (``experiment=benchmark_<preset>``, ``conf/experiment/``: every default is
+there), any launcher included (``hydra/launcher=joblib`` and other overrides pass through),
+and when the sweep ends its leaderboard is written into the sweep folder
+(:mod:`rs_lightning.analysis.benchmark`). The same command again resumes the sweep: finished
+jobs are skipped, interrupted ones resume (docs/guides/resume.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from rs_lightning.errors import EXIT_BAD_INPUT
+
+ROOT = Path(__file__).resolve().parents[4]
+CONF = ROOT / "conf"
+PRESET_PREFIX = "benchmark_"
+DEFAULT_PRESET = "small"
+# flag -> (the preset's sweeper key, what one value is)
+FLAGS = {"--worlds": ("env", "world"), "--agents": ("agent", "agent"),
+         "--measures": ("risk", "measure"), "--objectives": ("objective", "objective")}
+
+
+class BadInput(ValueError):
+    """A flag's value the benchmark refuses; the message starts with the flag."""
+
+
+def presets() -> list[str]:
+    return sorted(p.stem[len(PRESET_PREFIX):] for p in CONF.glob(f"experiment/{PRESET_PREFIX}*.yaml"))
+
+
+def read_preset(name: str) -> dict:
+    """The preset's YAML (``conf/experiment/benchmark_<name>.yaml``) as a mapping."""
+    if name not in presets():
+        raise BadInput(f"--preset: no preset {name!r}; allowed: {', '.join(presets())}")
+    return yaml.safe_load((CONF / "experiment" / f"{PRESET_PREFIX}{name}.yaml").read_text())
+
+
+def _names(value) -> list[str]:
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def allowed_values(preset: dict) -> dict[str, list[str]]:
+    """What each flag accepts: the preset's worlds (the suite: ``hydra.sweeper.params.env``),
+    the agents of discrete actions, the measures with exact references on every world, the
+    objectives the leaderboard scores."""
+    from rs_lightning.agents import AGENTS  # the package registers every agent
+    from rs_lightning.analysis.benchmark import SCORED_KEYS
+    from rs_lightning.references.exact_policies import CLOSED_FORM_RISKS
+    from rs_lightning.references.tabular_references import REFERENCE_RISKS
+
+    agents = [p.stem for p in sorted(CONF.glob("agent/*.yaml"))
+              if p.stem in AGENTS and not AGENTS[p.stem][0].continuous_actions]
+    measures = [p.stem for p in sorted(CONF.glob("risk/*.yaml"))
+                if p.stem in CLOSED_FORM_RISKS and p.stem in REFERENCE_RISKS]
+    return {"--worlds": _names(preset["hydra"]["sweeper"]["params"]["env"]),
+            "--agents": agents, "--measures": measures, "--objectives": list(SCORED_KEYS)}
+
+
+def parser() -> argparse.ArgumentParser:
+    tool = argparse.ArgumentParser(
+        description="Train the risk-sensitive benchmark suite (one Hydra multirun) and write "
+                    "its leaderboard: leaderboard.md / .csv, scores.csv, profiles.png.",
+        epilog="Each list is comma-separated, e.g. --agents c51,iqn; left out, the preset's. "
+               "The same command again resumes the sweep. Example: rs-lightning benchmark "
+               "hydra/launcher=joblib hydra.launcher.n_jobs=2")
+    tool.add_argument("--preset", default=DEFAULT_PRESET,
+                      help="conf/experiment/benchmark_<preset>.yaml (default: %(default)s)")
+    tool.add_argument("--worlds", help="tabular worlds (default: the preset's suite)")
+    tool.add_argument("--agents", help="discrete-action agents (default: the preset's)")
+    tool.add_argument("--measures", help="risk measures with exact references (default: the "
+                                         "preset's)")
+    tool.add_argument("--objectives", help="per_decision, static (default: the preset's)")
+    tool.add_argument("--seeds", type=int, help="seeds 0..N-1, the members of each run "
+                                                "(parallel_seeds; default: the preset's)")
+    tool.add_argument("--out", type=Path, help="the sweep folder (default: the preset's "
+                                               "hydra.sweep.dir)")
+    tool.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                      help="more Hydra overrides for train.py, e.g. hydra/launcher=joblib")
+    return tool
+
+
+def train_command(args: argparse.Namespace) -> list[str]:
+    """The ``python train.py -m ...`` command line of the benchmark ``args`` ask for;
+    BadInput naming the flag and the allowed values for a value it refuses."""
+    preset = read_preset(args.preset)
+    allowed = allowed_values(preset)
+    sweep = preset["hydra"]["sweeper"]["params"]
+    overrides = [f"experiment={PRESET_PREFIX}{args.preset}"]
+    for flag, (key, what) in FLAGS.items():
+        given = getattr(args, flag[2:])
+        chosen = _names(given if given is not None else sweep[key])
+        unknown = [name for name in chosen if name not in allowed[flag]]
+        if unknown or not chosen:
+            problem = f"no {what} {unknown[0]!r}" if unknown else "empty"
+            raise BadInput(f"{flag}: {problem}; allowed: {', '.join(allowed[flag])}")
+        overrides.append(f"{key}={','.join(chosen)}")
+    seeds = args.seeds if args.seeds is not None else int(preset["parallel_seeds"])
+    if seeds < 1:
+        raise BadInput(f"--seeds: {seeds}; allowed: a whole number >= 1")
+    overrides.append(f"parallel_seeds={seeds}")
+    out = args.out if args.out is not None else preset["hydra"]["sweep"]["dir"]
+    overrides.append(f"hydra.sweep.dir={out}")
+    return [sys.executable, str(ROOT / "train.py"), "-m", *overrides, *args.overrides]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        command = train_command(args)
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("[rs_lightning] benchmark: " + " ".join(command[1:]), file=sys.stderr)
+    start = time.monotonic()
+    # In the caller's folder, as `python train.py` would be: relative paths mean the same.
+    status = subprocess.call(command)
+    sweep_dir = Path(next(o for o in command if o.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    leaderboard = sweep_dir / "leaderboard.md"
+    minutes = (time.monotonic() - start) / 60
+    if leaderboard.is_file() and status in (0, 1):  # 1: some jobs failed, the rest scored
+        print(f"[rs_lightning] benchmark: {minutes:.1f} min; leaderboard in {leaderboard}",
+              file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

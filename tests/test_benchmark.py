@@ -1,0 +1,194 @@
+"""The benchmark suite: the scores against the exact references, their statistics, the
+command line that launches the sweep, and one tiny benchmark end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from rs_lightning.analysis import benchmark
+from rs_lightning.analysis.benchmark import (
+    RunScore,
+    normalised_score,
+    score_run,
+    summarize,
+    write_leaderboard,
+)
+from rs_lightning.analysis.stats import RANGE_METHOD, interquartile_mean, stratified_estimate
+from rs_lightning.app.commands import benchmark as command
+
+WORLDS = {"rs_lightning/TwoStage-v0": "two_stage"}
+
+
+def config(objective="per_decision", agent="c51", risk="cvar", seed=0):
+    return {"agent": {"name": agent}, "risk": {"name": risk, "rho": 0.1}, "alpha": 0.5,
+            "objective": objective, "seed": seed,
+            "env": {"id": "rs_lightning/TwoStage-v0", "gamma": 0.9, "grid_size": 3,
+                    "kwargs": {"max_steps": 10, "timeout_is_terminal": True}}}
+
+
+def test_a_known_gap_gives_a_known_score():
+    # per_decision: U of the greedy policy against the fixed point's, random at -3
+    row = {"job": "0/seed_0", "seed": 0, "exact_static_utility": -1.5,
+           "per_decision_static_utility": -1.0}
+    run = score_run(row, config(), random=-3.0, worlds=WORLDS)
+    assert run.world == "two_stage" and run.method == ("c51", "cvar(rho=0.1) a=0.5", "per_decision")
+    assert run.gap == pytest.approx(0.5)
+    assert run.score == pytest.approx(0.75)  # (-1.5 + 3) / (-1 + 3)
+    # static: the Monte Carlo U against the static optimum
+    row = {"job": "1/seed_0", "mc_static_utility": -2.0, "mc_static_utility_stderr": 0.01,
+           "static_optimum": -1.0}
+    run = score_run(row, config("static"), random=-3.0, worlds=WORLDS)
+    assert run.score == pytest.approx(0.5) and run.utility_stderr == 0.01
+    assert normalised_score(-3.0, -1.0, -3.0) == 0.0 and normalised_score(-1.0, -1.0, -3.0) == 1.0
+
+
+def test_runs_without_references_say_why():
+    assert "no per_decision_static_utility" in score_run(
+        {"job": "j", "exact_static_utility": 1.0}, config(), -3.0, WORLDS)
+    assert "no exact references" in score_run(
+        {"job": "j", "exact_static_utility": 1.0, "per_decision_static_utility": 1.0},
+        config(), None, WORLDS)
+    assert "ranks nothing" in score_run(  # a target no better than the random policy
+        {"job": "j", "exact_static_utility": 1.0, "per_decision_static_utility": -3.0},
+        config(), -3.0, WORLDS)
+
+
+def _runs(scores_by_world: dict[str, list[float]], objective="per_decision"):
+    # U* = 1, U_rand = 0: the score is U
+    return [RunScore(f"{w}/{s}", w, "c51", "cvar", objective, s, u, 1.0, 0.0, None)
+            for w, values in scores_by_world.items() for s, u in enumerate(values)]
+
+
+def test_the_iqm_of_known_numbers_and_the_range_below_five_seeds():
+    summary, = summarize(_runs({"a": [0.0, 0.2, 0.4], "b": [0.6, 0.8, 1.0]}))
+    # 6 runs pooled: floor(6 / 4) = 1 cut from each end -> mean of 0.2 .. 0.8
+    assert summary.estimate.iqm == pytest.approx(0.5)
+    assert summary.estimate.method == RANGE_METHOD
+    # no interval below 5 seeds: the lowest and the highest run
+    assert (summary.estimate.low, summary.estimate.high) == (0.0, 1.0)
+    assert summary.interval_label.startswith("range of the runs: 3 seeds x 2 worlds")
+    assert "95%" not in summary.interval_label and "CI below 5 seeds" in summary.interval_label
+    assert interquartile_mean([1, 2, 3, 4, 100, -100, 5, 6]) == pytest.approx(3.5)
+
+
+def test_five_seeds_give_a_stratified_bootstrap_interval():
+    rng = np.random.default_rng(0)
+    tasks = [rng.normal(0.5, 0.1, 5), rng.normal(0.8, 0.1, 5)]
+    estimate = stratified_estimate(tasks, use_rliable=False)
+    assert estimate.method != RANGE_METHOD
+    assert estimate.low <= estimate.iqm <= estimate.high
+    summary, = summarize(_runs({"a": list(tasks[0]), "b": list(tasks[1])}))
+    assert summary.interval_label.startswith("95% CI")
+
+
+def test_the_leaderboard_files_from_eval_json_fixtures(tmp_path, monkeypatch):
+    monkeypatch.setattr(benchmark.RandomReferences, "__call__", lambda self, config: -3.0)
+    for job, (agent, utilities) in enumerate([("c51", [-1.0, -1.5]), ("dqn", [-2.0, -2.5])]):
+        for seed, u in enumerate(utilities):
+            folder = tmp_path / f"{job}_agent={agent}" / f"seed_{seed}"
+            folder.mkdir(parents=True)
+            (folder / "config.yaml").write_text(yaml.safe_dump(config(agent=agent, seed=seed)))
+            (folder / "eval.json").write_text(json.dumps(
+                {"expectation": 0.0, "seed": seed, "exact_static_utility": u,
+                 "per_decision_static_utility": -1.0}))
+    markdown = write_leaderboard(tmp_path)
+    for name in benchmark.FILES:
+        assert (tmp_path / name).is_file()
+    rows = (tmp_path / "leaderboard.csv").read_text().splitlines()
+    assert rows[1].startswith("1,c51,") and rows[2].startswith("2,dqn,")
+    assert "| 1 | c51 |" in markdown and "range of the runs: 2 seeds x 1 world " in markdown
+    # c51: scores 1 and 0.75, IQM (no cut below 4 runs) 0.875
+    assert "0.875" in markdown
+
+
+# ----------------------------------------------------------------------------- the command
+def _args(*argv):
+    return command.train_command(command.parser().parse_args(list(argv)))
+
+
+def test_the_flags_become_the_overrides_of_one_multirun():
+    line = _args("--agents", "c51,dqn", "--worlds", "two_stage", "--measures", "var",
+                 "--objectives", "static", "--seeds", "2", "--out", "/tmp/x",
+                 "hydra/launcher=joblib")
+    assert line[1].endswith("train.py") and line[2] == "-m"
+    assert line[3:] == ["experiment=benchmark_small", "env=two_stage", "agent=c51,dqn",
+                        "risk=var", "objective=static", "parallel_seeds=2",
+                        "hydra.sweep.dir=/tmp/x", "hydra/launcher=joblib"]
+    # left out, every flag takes the preset's value
+    preset = command.read_preset("small")
+    default = _args()
+    assert f"env={preset['hydra']['sweeper']['params']['env']}" in default
+    assert f"parallel_seeds={preset['parallel_seeds']}" in default
+    assert f"hydra.sweep.dir={preset['hydra']['sweep']['dir']}" in default
+
+
+@pytest.mark.parametrize("flag, value, allowed", [
+    ("--worlds", "cartpole", "two_stage"), ("--agents", "tqc", "qr_dqn"),
+    ("--measures", "wang", "cvar, var"), ("--objectives", "conditioned", "per_decision, static"),
+    ("--preset", "huge", "small")])
+def test_an_unknown_name_is_one_line_and_exit_2(capsys, flag, value, allowed):
+    assert command.main([flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {flag}: ") and repr(value) in err and allowed in err
+
+
+def test_the_sweep_leaves_out_the_pairs_the_config_refuses():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
+
+    overrides = OverridesParser.create().parse_overrides(
+        ["env=two_stage,cliff_walking", "agent=dqn,c51", "objective=per_decision,static"])
+    jobs = [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)
+            for job in batch]
+    assert len(jobs) == 6  # 2 worlds x (dqn: per_decision; c51: both)
+    assert not any("agent=dqn" in job and "objective=static" in job for job in jobs)
+
+
+def test_a_tiny_benchmark_end_to_end(tmp_path):
+    # 1 agent, 1 measure, 1 objective, 1 world, 1 seed, a few hundred updates
+    status = command.main(["--worlds", "two_stage", "--agents", "c51", "--measures", "cvar",
+                           "--objectives", "per_decision", "--seeds", "1", "--out",
+                           str(tmp_path), "trainer.max_steps=150", "evaluation.episodes=50",
+                           "learning.target_update_period=50", "trainer.checkpoint_every_n_steps=0"])
+    assert status == 0
+    markdown = (tmp_path / "leaderboard.md").read_text()
+    assert "| 1 | c51 | cvar(rho=0.1) a=0.5 | per_decision | 1 | 1 |" in markdown
+    assert (tmp_path / "profiles.png").stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------- the lower reference
+def test_the_random_policy_reference_is_a_mixture_of_the_actions():
+    from rs_lightning.references.exact import PAPER_PATHS, exact_return, uniform_random_policy
+
+    # a policy of probability 1 on the deterministic policy's action is that policy
+    path = PAPER_PATHS["risky_rewards"]["green"]
+    sure = exact_return("risky_rewards", lambda cell: {path[cell]: 1.0}).mixture
+    assert sure.mean() == pytest.approx(exact_return("risky_rewards", path).mixture.mean())
+    # uniform: the first step's four actions weigh a quarter each
+    random = exact_return("risky_rewards", uniform_random_policy(4)).mixture
+    first = [exact_return("risky_rewards", uniform_random_policy(4), first_action=a).mixture
+             for a in range(4)]
+    assert random.mean() == pytest.approx(np.mean([law.mean() for law in first]))
+
+
+def test_the_tabular_random_reference_averages_the_actions():
+    from rs_lightning.references.tabular_references import (
+        TabularModel,
+        static_utility,
+        uniform_random_utility,
+    )
+    from rs_lightning.risk import Utility
+
+    # one state, two actions ending the episode with reward 0 or 1: the random policy's
+    # return is 0 or 1 with probability 1/2 each
+    model = TabularModel(probs=np.ones((1, 2, 1)), next_states=np.zeros((1, 2, 1), dtype=np.int64),
+                         rewards=np.array([[[0.0], [1.0]]]), terminal=np.ones((1, 2, 1), bool),
+                         start=np.ones(1), horizon=None)
+    mean = Utility(1.0, "expectation", {})
+    assert uniform_random_utility(model, mean, 0.9) == pytest.approx(0.5, abs=1e-3)
+    assert static_utility(model, np.array([1]), mean, 0.9) == pytest.approx(1.0, abs=1e-3)
