@@ -48,6 +48,10 @@ class Outcome(NamedTuple):
     new_flag: bool
 
 
+# The compiled model of each GridWorld class and settings (GridWorld._compile).
+_COMPILED: dict[tuple, tuple[list, list, dict]] = {}
+
+
 class GridWorld(gym.Env):
     """Shared machinery of the grid worlds; a subclass declares its cells and reward rules.
 
@@ -161,16 +165,31 @@ class GridWorld(gym.Env):
 
     def _compile(self) -> None:
         """Tabulate the model, and a sampler that flattens (branch x reward component) into
-        one cumulative-probability list, so a step costs one uniform and one normal draw."""
-        self._model: list[tuple[Outcome, ...]] = [()] * (len(CELLS) * len(_MOVES) * 2)
+        one cumulative-probability list, so a step costs one uniform and one normal draw.
+        The rules are the class's methods and class attributes and the settings its
+        constructor stored before this call (``trap_terminal``), so the tables are made once
+        per class and settings and shared, read-only, by such instances: an evaluation makes
+        hundreds."""
+        try:
+            key = (type(self), tuple(sorted(vars(self).items())))
+            hash(key)
+        except TypeError:  # a setting that cannot be a key: this instance's own tables
+            self._model, self._sampler, self._observations = self._tabulate()
+            return
+        if key not in _COMPILED:
+            _COMPILED[key] = self._tabulate()
+        self._model, self._sampler, self._observations = _COMPILED[key]
+
+    def _tabulate(self) -> tuple[list, list, dict]:
+        model: list[tuple[Outcome, ...]] = [()] * (len(CELLS) * len(_MOVES) * 2)
         # Entries: (cumulative probability, next cell, reward mean, terminal, new flag).
-        self._sampler: list[tuple[tuple, ...]] = [()] * len(self._model)
+        sampler: list[tuple[tuple, ...]] = [()] * len(model)
         for cell in CELLS:
             for action in range(len(_MOVES)):
                 for flag in (False, True):
                     key = self._key(cell, action, flag)
                     branches = tuple(self._build_outcomes(cell, action, flag))
-                    self._model[key] = branches
+                    model[key] = branches
                     entries, cumulative = [], 0.0
                     for out in branches:
                         for p, mean in out.reward_components:
@@ -179,8 +198,9 @@ class GridWorld(gym.Env):
                                 [cumulative, out.next_cell, mean, out.terminal, out.new_flag]
                             )
                     entries[-1][0] = float("inf")  # float round-off must never skip the last branch
-                    self._sampler[key] = tuple(tuple(e) for e in entries)
-        self._observations = {cell: np.array(cell, dtype=np.float32) for cell in CELLS}
+                    sampler[key] = tuple(tuple(e) for e in entries)
+        observations = {cell: np.array(cell, dtype=np.float32) for cell in CELLS}
+        return model, sampler, observations
 
     # ------------------------------------------------------------------ gymnasium API
 
