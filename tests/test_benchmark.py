@@ -159,6 +159,15 @@ def test_a_tiny_benchmark_end_to_end(tmp_path):
     markdown = (tmp_path / "leaderboard.md").read_text()
     assert "| 1 | c51 | cvar(rho=0.1) a=0.5 | per_decision | 1 | 1 |" in markdown
     assert (tmp_path / "profiles.png").stat().st_size > 0
+    # the same leaderboard in an offline W&B run: both tables and the profiles
+    (wandb_run,) = (tmp_path / "wandb").glob("offline-run-*")
+    media = wandb_run / "files" / "media"
+    (leaderboard,) = media.glob("table/leaderboard_*.table.json")
+    table = json.loads(leaderboard.read_text())
+    assert table["columns"][:4] == ["rank", "agent", "measure", "objective"]
+    assert [row[1:4] for row in table["data"]] == [["c51", "cvar(rho=0.1) a=0.5", "per_decision"]]
+    assert len(list(media.glob("table/scores_*.table.json"))) == 1
+    assert len(list(media.glob("images/profiles_*.png"))) == 1
 
 
 # ----------------------------------------------------------------------------- the lower reference

@@ -365,3 +365,43 @@ def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None) -> str:
     plot_profiles(scores, out / "profiles.png")
     return markdown
 
+
+
+def log_leaderboard_to_wandb(sweep_dir: Path, mode: str = "offline",
+                             project: str = "rs-lightning", entity: Optional[str] = None
+                             ) -> str:
+    """Log the leaderboard of ``sweep_dir`` (written by :func:`write_leaderboard`) to a W&B
+    run of job type ``benchmark``: the ranked methods and every run's score as tables, the
+    profiles as an image. The run's id depends on the project and the sweep folder's name,
+    so a rerun replaces it rather than adding another. ``mode``: ``offline`` or ``online``
+    (offline instead when online fails). Returns the run's local folder."""
+    import hashlib
+
+    import wandb
+
+    from rs_lightning.analysis.wandb_support import init_wandb_run
+
+    sweep_dir = Path(sweep_dir)
+    scores, _ = collect_scores(sweep_dir)
+    if not scores:
+        raise FileNotFoundError(f"no run with exact references finished in {sweep_dir}")
+    summaries = summarize(scores)
+    key = f"{entity or ''}/{project}/{sweep_dir.name}"
+    run = init_wandb_run(
+        mode, project=project, entity=entity, group=sweep_dir.name, job_type="benchmark",
+        name=f"benchmark-{sweep_dir.name}",
+        id="benchmark-" + hashlib.sha1(key.encode()).hexdigest()[:16], dir=str(sweep_dir),
+        config={"sweep_dir": str(sweep_dir), "runs": len(scores)},
+        **({"resume": "allow"} if mode == "online" else {}))
+    tables = {"leaderboard": leaderboard_csv(summaries), "scores": scores_csv(scores)}
+    media: dict[str, Any] = {}
+    for name, text in tables.items():
+        header, *rows = list(csv.reader(io.StringIO(text)))
+        media[name] = wandb.Table(columns=header, data=rows)
+    if (sweep_dir / "profiles.png").is_file():
+        media["profiles"] = wandb.Image(str(sweep_dir / "profiles.png"),
+                                        caption="performance profiles")
+    run.log(media)
+    folder = run.dir
+    run.finish()
+    return str(Path(folder).parent)

@@ -83,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
                                                 "(parallel_seeds; default: the preset's)")
     tool.add_argument("--out", type=Path, help="the sweep folder (default: the preset's "
                                                "hydra.sweep.dir)")
+    tool.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
+                      help="log the leaderboard to a W&B run (default: %(default)s; online "
+                           "falls back to offline when the server cannot be reached)")
     tool.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                       help="more Hydra overrides for train.py, e.g. hydra/launcher=joblib")
     return tool
@@ -129,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     if leaderboard.is_file() and status in (0, 1):  # 1: some jobs failed, the rest scored
         print(f"[rs_lightning] benchmark: {minutes:.1f} min; leaderboard in {leaderboard}",
               file=sys.stderr)
+        if args.wandb != "off":
+            from rs_lightning.analysis.benchmark import log_leaderboard_to_wandb
+
+            folder = log_leaderboard_to_wandb(sweep_dir, args.wandb)
+            print(f"[rs_lightning] benchmark: W&B run ({args.wandb}): {folder}",
+                  file=sys.stderr)
     return status
 
 
