@@ -331,12 +331,16 @@ def plot_profiles(scores: list[RunScore], path: Path) -> None:
     values = [run.score for run in scores]
     taus = np.linspace(min(0.0, min(values)), max(1.0, max(values)), PROFILE_POINTS)
     objectives = sorted({run.objective for run in scores})
+    # one colour per agent and measure, the same in every panel
+    methods = sorted({(run.agent, run.measure) for run in scores})
+    colours = {method: f"C{i % 10}" for i, method in enumerate(methods)}
     figure, axes = plt.subplots(1, len(objectives), figsize=(6 * len(objectives), 4.2),
                                 squeeze=False, sharey=True)
     for axis, objective in zip(axes[0], objectives):
         profile = performance_profile([r for r in scores if r.objective == objective], taus)
         for (agent, measure, _), shares in profile.items():
-            axis.plot(taus, shares, label=f"{agent} / {measure}")
+            axis.plot(taus, shares, label=f"{agent} / {measure}",
+                      color=colours[(agent, measure)])
         axis.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
         axis.set_title(f"objective={objective}")
         axis.set_xlabel("normalised score tau (1: the exact target, 0: random policy)")

@@ -125,8 +125,9 @@ def read_json_object(path: Path, required: str | None = None) -> dict[str, Any]:
 
 
 def _is_job(folder: Path) -> bool:
-    """A sweep's job folder: not a hidden one (.hydra, .submitit) nor the report's."""
-    return not folder.name.startswith(".") and folder.name != "report"
+    """A sweep's job folder: not a hidden one (.hydra, .submitit), the report's, nor the
+    benchmark leaderboard's W&B run (``wandb``)."""
+    return not folder.name.startswith(".") and folder.name not in ("report", "wandb")
 
 
 def collect(sweep_dir: Path) -> Collected:
