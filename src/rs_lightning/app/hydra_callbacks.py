@@ -23,36 +23,46 @@ from rs_lightning.app.run_folders import (
 from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 
 
-class WriteResultsTable(Callback):
-    """After a multirun, write results.md / results.csv of all its jobs into the sweep folder."""
+class _WriteAfterSweep(Callback):
+    """After a multirun, write a summary of all its jobs into the sweep folder: ``write``
+    (sweep folder -> Markdown) makes ``file``; a sweep without a finished run gets a line
+    saying so."""
+
+    file: str
+    what: str
+
+    def write(self, sweep_dir: Path) -> str:
+        raise NotImplementedError
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            table = write_results(sweep_dir)
+            table = self.write(sweep_dir)
         except FileNotFoundError as error:
-            print(f"[rs_lightning] no results table: {error}", file=sys.stderr)
+            print(f"[rs_lightning] no {self.what}: {error}", file=sys.stderr)
             return
-        print(f"[rs_lightning] results of the sweep ({sweep_dir / 'results.md'}):\n{table}",
-              file=sys.stderr)
+        print(f"[rs_lightning] {self.what} ({sweep_dir / self.file}):\n{table}", file=sys.stderr)
 
 
-class WriteLeaderboard(Callback):
+class WriteResultsTable(_WriteAfterSweep):
+    """After a multirun, write results.md / results.csv of all its jobs into the sweep folder."""
+
+    file, what = "results.md", "results table"
+
+    def write(self, sweep_dir: Path) -> str:
+        return write_results(sweep_dir)
+
+
+class WriteLeaderboard(_WriteAfterSweep):
     """After a benchmark multirun, its leaderboard (scores against the exact references,
     :mod:`rs_lightning.analysis.benchmark`) into the sweep folder."""
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    file, what = "leaderboard.md", "leaderboard"
+
+    def write(self, sweep_dir: Path) -> str:
         from rs_lightning.analysis.benchmark import write_leaderboard
 
-        sweep_dir = Path(config.hydra.sweep.dir)
-        try:
-            table = write_leaderboard(sweep_dir)
-        except FileNotFoundError as error:
-            print(f"[rs_lightning] no leaderboard: {error}", file=sys.stderr)
-            return
-        print(f"[rs_lightning] leaderboard of the benchmark ({sweep_dir / 'leaderboard.md'}):"
-              f"\n{table}", file=sys.stderr)
+        return write_leaderboard(sweep_dir)
 
 
 def _task_config(config: DictConfig) -> DictConfig:

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.toy_text.utils import categorical_sample
+
+from rs_lightning.envs.finite_horizon import PublishedModelEnv
 
 HOLD, EXERCISE = 0, 1
 
 
-class AmericanPut(gym.Env):
+class AmericanPut(PublishedModelEnv):
     """Hold or exercise an American put on a binomial lattice (module docstring)."""
 
     def __init__(
@@ -68,7 +69,7 @@ class AmericanPut(gym.Env):
         self.initial_state_distrib[0] = 1.0
         self.render_mode = render_mode
         self.s = 0
-        self._paid = 0.0
+        self._total = 0.0
 
     @staticmethod
     def encode(t: int, ups: int) -> int:
@@ -103,21 +104,8 @@ class AmericanPut(gym.Env):
                 for probability, rise in ((self.up_probability, 1),
                                           (1.0 - self.up_probability, 0))]
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.s = int(categorical_sample(self.initial_state_distrib, self.np_random))
-        self._paid = 0.0
-        return self.s, {"prob": 1.0}
-
-    def step(self, action):
-        transitions = self.P[self.s][int(action)]
-        i = categorical_sample([t[0] for t in transitions], self.np_random)
-        probability, state, reward, terminated = transitions[i]
-        self.s = int(state)
-        self._paid += reward
-        outcome = (1.0 if self._paid > 0 else -1.0) if terminated else 0.0
-        return self.s, float(reward), terminated, False, {"prob": probability,
-                                                         "risk_outcome": outcome}
+    def risk_outcome(self, total: float) -> float:
+        return 1.0 if total > 0 else -1.0
 
 
 __all__ = ["EXERCISE", "HOLD", "AmericanPut"]

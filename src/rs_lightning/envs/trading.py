@@ -40,7 +40,8 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.toy_text.utils import categorical_sample
+
+from rs_lightning.envs.finite_horizon import PublishedModelEnv
 
 
 def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatility: float
@@ -67,7 +68,7 @@ def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatilit
     return matrix / matrix.sum(1, keepdims=True)
 
 
-class Trading(gym.Env):
+class Trading(PublishedModelEnv):
     """A position in a mean-reverting price over ``periods`` periods (module docstring)."""
 
     def __init__(
@@ -106,7 +107,7 @@ class Trading(gym.Env):
                                                positions.index(initial_position))] = 1.0
         self.render_mode = render_mode
         self.s = 0
-        self._profit = 0.0
+        self._total = 0.0
 
     def encode(self, t: int, level: int, position_index: int) -> int:
         """The state index of period ``t``, price level and position (its index)."""
@@ -130,21 +131,8 @@ class Trading(gym.Env):
                  float(new * (self.offsets[j] - self.offsets[level]) - fee), last)
                 for j, p in enumerate(self.price_transitions[level]) if p > 0]
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.s = int(categorical_sample(self.initial_state_distrib, self.np_random))
-        self._profit = 0.0
-        return self.s, {"prob": 1.0}
-
-    def step(self, action):
-        transitions = self.P[self.s][int(action)]
-        i = categorical_sample([t[0] for t in transitions], self.np_random)
-        probability, state, reward, terminated = transitions[i]
-        self.s = int(state)
-        self._profit += reward
-        outcome = float(np.sign(round(self._profit, 9))) if terminated else 0.0
-        return self.s, float(reward), terminated, False, {"prob": probability,
-                                                         "risk_outcome": outcome}
+    def risk_outcome(self, total: float) -> float:
+        return float(np.sign(round(total, 9)))
 
 
 __all__ = ["Trading", "ou_lattice_transitions"]

@@ -1,0 +1,45 @@
+"""The episode mechanics shared by the finite-horizon tabular worlds (trading, the American
+put): a gymnasium environment whose model is published as gymnasium's toy-text worlds do
+(``P[s][a]`` a list of ``(probability, next_state, reward, terminated)``,
+``initial_state_distrib`` the start law), stepped by sampling that model, so the episodes
+follow the model the exact references read, by construction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.toy_text.utils import categorical_sample
+
+
+class PublishedModelEnv(gym.Env):
+    """Reset and step by the published model; a subclass sets ``P``,
+    ``initial_state_distrib`` and the spaces, and says what an episode's total reward means
+    for the evaluation's R_s (:meth:`risk_outcome`)."""
+
+    P: dict[int, dict[int, list[tuple[float, int, float, bool]]]]
+    initial_state_distrib: np.ndarray
+
+    def risk_outcome(self, total: float) -> float:
+        """``info["risk_outcome"]`` on an episode's last step, from its total reward."""
+        raise NotImplementedError
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.s = int(categorical_sample(self.initial_state_distrib, self.np_random))
+        self._total = 0.0
+        return self.s, {"prob": 1.0}
+
+    def step(self, action) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        transitions = self.P[self.s][int(action)]
+        i = categorical_sample([t[0] for t in transitions], self.np_random)
+        probability, state, reward, terminated = transitions[i]
+        self.s = int(state)
+        self._total += reward
+        outcome = self.risk_outcome(self._total) if terminated else 0.0
+        return self.s, float(reward), terminated, False, {"prob": probability,
+                                                         "risk_outcome": outcome}
+
+
+__all__ = ["PublishedModelEnv"]
