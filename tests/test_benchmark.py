@@ -85,6 +85,19 @@ def test_five_seeds_give_a_stratified_bootstrap_interval():
     assert summary.interval_label.startswith("95% CI")
 
 
+def test_rliable_and_numpy_give_the_same_stratified_interval():
+    pytest.importorskip("rliable", reason="the stats extra (pip install -e '.[stats]')")
+    rng = np.random.default_rng(1)
+    tasks = [rng.normal(0.8, 0.1, 5), rng.normal(0.5, 0.2, 5), rng.normal(0.9, 0.05, 5)]
+    ours = stratified_estimate(tasks, use_rliable=False)
+    theirs = stratified_estimate(tasks, use_rliable=True)
+    assert "rliable" in theirs.method and "rliable" not in ours.method
+    assert theirs.iqm == ours.iqm
+    # two bootstraps of 2,000 resamples: the same interval up to their Monte Carlo error
+    assert theirs.low == pytest.approx(ours.low, abs=0.01)
+    assert theirs.high == pytest.approx(ours.high, abs=0.01)
+
+
 def test_the_leaderboard_files_from_eval_json_fixtures(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark.RandomReferences, "__call__", lambda self, config: -3.0)
     for job, (agent, utilities) in enumerate([("c51", [-1.0, -1.5]), ("dqn", [-2.0, -2.5])]):
