@@ -97,3 +97,22 @@ def run_and_resume_from_step_100(make_config, folder: Path, seeds: int) -> tuple
         assert ((folder / "resumed" / f"seed_{seed}" / "eval.json").read_text()
                 == (folder / "full" / f"seed_{seed}" / "eval.json").read_text())
     return full, resumed
+
+
+def play_tabular_policy(env, policy, episodes: int, gamma: float, seed: int = 0):
+    """Play the state -> action table ``policy`` for ``episodes`` episodes (reset with
+    seeds seed, seed + 1, ...): each episode's discounted return and its last step's
+    ``info["risk_outcome"]`` (None where the environment gives none)."""
+    import numpy as np
+
+    returns, outcomes = np.empty(episodes), [None] * episodes
+    for i in range(episodes):
+        state, _ = env.reset(seed=seed + i)
+        total, discount, done = 0.0, 1.0, False
+        while not done:
+            state, reward, terminated, truncated, info = env.step(int(policy[state]))
+            total += discount * reward
+            discount *= gamma
+            done = terminated or truncated
+        returns[i], outcomes[i] = total, info.get("risk_outcome")
+    return returns, outcomes

@@ -19,6 +19,7 @@ from rs_lightning.envs.american_put import EXERCISE, HOLD, AmericanPut
 from rs_lightning.envs.trading import Trading
 from rs_lightning.references import tabular_references as tr
 from rs_lightning.risk import Utility
+from tests.conftest import play_tabular_policy
 from tests.test_gym_envs import preset
 
 RHO = 0.1
@@ -443,18 +444,9 @@ def test_american_put_rewards_by_hand():
 
 
 def simulate(env_id: str, kwargs: dict, policy, episodes: int, seed: int = 0):
-    env = gym.make(env_id, **kwargs)
-    returns, outcomes = np.empty(episodes), np.empty(episodes)
-    for i in range(episodes):
-        state, _ = env.reset(seed=seed + i)
-        total, discount, done = 0.0, 1.0, False
-        while not done:
-            state, reward, terminated, truncated, info = env.step(int(policy[state]))
-            total += discount * reward
-            discount *= GAMMA
-            done = terminated or truncated
-        returns[i], outcomes[i] = total, info["risk_outcome"]
-    return returns, outcomes
+    returns, outcomes = play_tabular_policy(gym.make(env_id, **kwargs), policy, episodes,
+                                            GAMMA, seed)
+    return returns, np.array(outcomes, dtype=float)
 
 
 @pytest.mark.parametrize("name, env_id", [("trading", "rs_lightning/Trading-v0"),

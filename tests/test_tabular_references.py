@@ -27,6 +27,7 @@ from rs_lightning.risk import (
     expectation,
     value_at_risk,
 )
+from tests.conftest import play_tabular_policy
 
 GAMMA = 0.99
 RHO = 0.1
@@ -114,19 +115,7 @@ def dataclasses_replace_horizon(model: tr.TabularModel, horizon: int) -> tr.Tabu
 
 def monte_carlo_returns(row: int, episodes: int, seed: int = 0) -> np.ndarray:
     """Discounted returns of lane_policy(row) on the real environment (time limit 100)."""
-    env = cliff_env()
-    actions = lane_policy(row)
-    returns = np.empty(episodes)
-    for i in range(episodes):
-        state, _ = env.reset(seed=seed + i)
-        total, discount, done = 0.0, 1.0, False
-        while not done:
-            state, reward, terminated, truncated, _ = env.step(int(actions[state]))
-            total += discount * reward
-            discount *= GAMMA
-            done = terminated or truncated
-        returns[i] = total
-    return returns
+    return play_tabular_policy(cliff_env(), lane_policy(row), episodes, GAMMA, seed)[0]
 
 
 @pytest.mark.parametrize("row", [0, 1, 2])

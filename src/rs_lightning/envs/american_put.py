@@ -29,7 +29,6 @@ the money); 0 before the last step (the evaluation's R_s is then P(paid) - P(not
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 from rs_lightning.envs.finite_horizon import PublishedModelEnv
@@ -59,17 +58,8 @@ class AmericanPut(PublishedModelEnv):
             raise ValueError("initial_price and strike must be positive")
         self.periods, self.initial_price = int(periods), float(initial_price)
         self.strike, self.up, self.up_probability = float(strike), float(up), float(up_probability)
-        n_states = (self.periods + 1) * (self.periods + 2) // 2
-        self.observation_space = gym.spaces.Discrete(n_states)
-        self.action_space = gym.spaces.Discrete(2)
-        self.P: dict[int, dict[int, list[tuple[float, int, float, bool]]]] = {
-            s: {a: self._outcomes(*self.decode(s), a) for a in (HOLD, EXERCISE)}
-            for s in range(n_states)}
-        self.initial_state_distrib = np.zeros(n_states)
-        self.initial_state_distrib[0] = 1.0
-        self.render_mode = render_mode
-        self.s = 0
-        self._total = 0.0
+        # actions HOLD (0) and EXERCISE (1); the start is the lattice's root, state 0
+        self._publish((self.periods + 1) * (self.periods + 2) // 2, 2, 0, render_mode)
 
     @staticmethod
     def encode(t: int, ups: int) -> int:

@@ -14,12 +14,28 @@ from gymnasium.envs.toy_text.utils import categorical_sample
 
 
 class PublishedModelEnv(gym.Env):
-    """Reset and step by the published model; a subclass sets ``P``,
-    ``initial_state_distrib`` and the spaces, and says what an episode's total reward means
-    for the evaluation's R_s (:meth:`risk_outcome`)."""
+    """Reset and step by the published model. A subclass numbers its states
+    (``decode``), gives each state and action its outcomes (``_outcomes``), publishes them
+    (:meth:`_publish`) and says what an episode's total reward means for the evaluation's
+    R_s (:meth:`risk_outcome`)."""
 
     P: dict[int, dict[int, list[tuple[float, int, float, bool]]]]
     initial_state_distrib: np.ndarray
+
+    def _publish(self, n_states: int, n_actions: int, start: int,
+                 render_mode: str | None) -> None:
+        """The spaces, the model ``P`` of every state and action (a subclass's
+        ``_outcomes(*decode(state), action)``) and a start law on ``start``: what a
+        subclass's constructor ends with."""
+        self.observation_space = gym.spaces.Discrete(n_states)
+        self.action_space = gym.spaces.Discrete(n_actions)
+        self.P = {s: {a: self._outcomes(*self.decode(s), a) for a in range(n_actions)}
+                  for s in range(n_states)}
+        self.initial_state_distrib = np.zeros(n_states)
+        self.initial_state_distrib[start] = 1.0
+        self.render_mode = render_mode
+        self.s = start
+        self._total = 0.0
 
     def risk_outcome(self, total: float) -> float:
         """``info["risk_outcome"]`` on an episode's last step, from its total reward."""

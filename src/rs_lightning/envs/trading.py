@@ -38,10 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import gymnasium as gym
 import numpy as np
 
 from rs_lightning.envs.finite_horizon import PublishedModelEnv
+
+
+def lattice_offsets(levels: int, tick: float) -> np.ndarray:
+    """x - mu of each of the lattice's ``levels`` prices, ``tick`` apart around the mean."""
+    return tick * (np.arange(levels) - (levels - 1) / 2)
 
 
 def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatility: float
@@ -53,7 +57,7 @@ def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatilit
         raise ValueError(f"price_levels must be odd and positive, got {levels}")
     if reversion <= 0 or volatility <= 0 or tick <= 0:
         raise ValueError("reversion, volatility and tick must be positive")
-    offsets = tick * (np.arange(levels) - (levels - 1) / 2)  # x - mu of each level
+    offsets = lattice_offsets(levels, tick)
     decay = math.exp(-reversion)
     std = volatility * math.sqrt((1.0 - decay ** 2) / (2.0 * reversion))
     edges = np.concatenate([[-np.inf], (offsets[:-1] + offsets[1:]) / 2, [np.inf]])
@@ -94,20 +98,10 @@ class Trading(PublishedModelEnv):
         self.positions, self.cost = positions, float(cost)
         self.price_transitions = ou_lattice_transitions(self.price_levels, self.tick,
                                                         float(reversion), float(volatility))
-        self.offsets = self.tick * (np.arange(self.price_levels) - (self.price_levels - 1) / 2)
-        n_states = (self.periods + 1) * self.price_levels * len(positions)
-        self.observation_space = gym.spaces.Discrete(n_states)
-        self.action_space = gym.spaces.Discrete(len(positions))
-        self.P: dict[int, dict[int, list[tuple[float, int, float, bool]]]] = {}
-        for s in range(n_states):
-            t, level, held = self.decode(s)
-            self.P[s] = {a: self._outcomes(t, level, held, a) for a in range(len(positions))}
-        self.initial_state_distrib = np.zeros(n_states)
-        self.initial_state_distrib[self.encode(0, (self.price_levels - 1) // 2,
-                                               positions.index(initial_position))] = 1.0
-        self.render_mode = render_mode
-        self.s = 0
-        self._total = 0.0
+        self.offsets = lattice_offsets(self.price_levels, self.tick)
+        start = self.encode(0, (self.price_levels - 1) // 2, positions.index(initial_position))
+        self._publish((self.periods + 1) * self.price_levels * len(positions), len(positions),
+                      start, render_mode)
 
     def encode(self, t: int, level: int, position_index: int) -> int:
         """The state index of period ``t``, price level and position (its index)."""
@@ -135,4 +129,4 @@ class Trading(PublishedModelEnv):
         return float(np.sign(round(total, 9)))
 
 
-__all__ = ["Trading", "ou_lattice_transitions"]
+__all__ = ["Trading", "lattice_offsets", "ou_lattice_transitions"]
