@@ -123,6 +123,7 @@ class Estimate:
 
 NUMPY_METHOD = "percentile bootstrap (NumPy)"
 RLIABLE_METHOD = "stratified bootstrap (rliable)"
+STRATIFIED_METHOD = "stratified percentile bootstrap (NumPy)"
 
 
 def interval_estimates(
@@ -187,7 +188,10 @@ def stratified_estimate(
     if use_rliable is None:
         use_rliable = rliable_installed()
     if use_rliable and len({task.size for task in tasks}) == 1:
-        low, high = _rliable_pooled_interval(np.stack(tasks, axis=1), reps, confidence, seed)
+        # rliable's aggregate over the tasks: the IQM of all runs pooled
+        (low, high), = _rliable_intervals(
+            np.stack(tasks, axis=1), reps, confidence, seed,
+            aggregate=lambda runs: np.array([interquartile_mean(runs.ravel())]))
         return Estimate(pooled, low, high, RLIABLE_METHOD)
     rng = np.random.default_rng(seed)
     samples = np.concatenate(
@@ -197,36 +201,17 @@ def stratified_estimate(
     return Estimate(pooled, float(low), float(high), STRATIFIED_METHOD)
 
 
-STRATIFIED_METHOD = "stratified percentile bootstrap (NumPy)"
-
-
-def _rliable_pooled_interval(matrix: np.ndarray, reps: int, confidence: float, seed: int
-                             ) -> tuple[float, float]:
-    """rliable's stratified bootstrap interval of the IQM of ``matrix`` ([seeds, tasks])
-    pooled."""
-    from rliable import library
-
-    state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        _, intervals = library.get_interval_estimates(
-            {"scores": matrix}, lambda runs: np.array([interquartile_mean(runs.ravel())]),
-            reps=reps, confidence_interval_size=confidence)
-    finally:
-        np.random.set_state(state)
-    low, high = intervals["scores"]
-    return float(np.ravel(low)[0]), float(np.ravel(high)[0])
-
-
 def interval_estimate(scores: Sequence[float], **options) -> Estimate:
     """:func:`interval_estimates` of one metric."""
     return interval_estimates({"scores": scores}, **options)["scores"]
 
 
-def _rliable_intervals(matrix: np.ndarray, reps: int, confidence: float, seed: int
+def _rliable_intervals(matrix: np.ndarray, reps: int, confidence: float, seed: int,
+                       aggregate: Optional[Callable[[np.ndarray], np.ndarray]] = None
                        ) -> list[tuple[float, float]]:
-    """The intervals of the IQM of each column of ``matrix`` ([seeds, metrics]) by rliable's
-    stratified bootstrap: each metric is a task, its seeds resampled within it."""
+    """rliable's stratified bootstrap intervals of ``aggregate`` of ``matrix`` ([seeds,
+    tasks]), each task's seeds resampled within it; by default the IQM of each column (each
+    metric a task), one interval per column."""
     from rliable import library
 
     # rliable draws its resamples from NumPy's global generator (its random_state only
@@ -239,11 +224,11 @@ def _rliable_intervals(matrix: np.ndarray, reps: int, confidence: float, seed: i
             {"scores": matrix},
             # The IQM of each task: rliable's aggregate_iqm (scipy's trim_mean) on one column,
             # without scipy's per-call overhead, which would dominate the 2,000 calls.
-            lambda runs: interquartile_mean(runs, axis=0),
+            aggregate or (lambda runs: interquartile_mean(runs, axis=0)),
             reps=reps,
             confidence_interval_size=confidence,
         )
     finally:
         np.random.set_state(state)
     low, high = intervals["scores"]
-    return [(float(a), float(b)) for a, b in zip(low, high)]
+    return [(float(a), float(b)) for a, b in zip(np.ravel(low), np.ravel(high))]
