@@ -323,11 +323,9 @@ def scores_csv(scores: list[RunScore]) -> str:
 
 def plot_profiles(scores: list[RunScore], path: Path) -> None:
     """Performance profiles, one panel per objective: the share of runs scoring >= tau."""
-    import matplotlib
+    from rs_lightning.analysis.plots import _pyplot, _save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     values = [run.score for run in scores]
     taus = np.linspace(min(0.0, min(values)), max(1.0, max(values)), PROFILE_POINTS)
     objectives = sorted({run.objective for run in scores})
@@ -346,9 +344,7 @@ def plot_profiles(scores: list[RunScore], path: Path) -> None:
         axis.set_xlabel("normalised score tau (1: the exact target, 0: random policy)")
         axis.legend(fontsize=7)
     axes[0][0].set_ylabel("share of runs with score >= tau")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None) -> str:
@@ -374,11 +370,12 @@ def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None) -> str:
 def log_leaderboard_to_wandb(sweep_dir: Path, mode: str = "offline",
                              project: str = "rs-lightning", entity: Optional[str] = None
                              ) -> str:
-    """Log the leaderboard of ``sweep_dir`` (written by :func:`write_leaderboard`) to a W&B
-    run of job type ``benchmark``: the ranked methods and every run's score as tables, the
-    profiles as an image. The run's id depends on the project and the sweep folder's name,
-    so a rerun replaces it rather than adding another. ``mode``: ``offline`` or ``online``
-    (offline instead when online fails). Returns the run's local folder."""
+    """Log the leaderboard files of ``sweep_dir`` (written by :func:`write_leaderboard`) to
+    a W&B run of job type ``benchmark``: the ranked methods and every run's score as tables,
+    the profiles as an image. The run's id depends on the project and the sweep folder's
+    name, so a rerun replaces it rather than adding another. ``mode``: ``offline`` or
+    ``online`` (offline instead when online fails). Returns the run's local folder;
+    FileNotFoundError where the leaderboard has not been written."""
     import hashlib
 
     import wandb
@@ -386,22 +383,17 @@ def log_leaderboard_to_wandb(sweep_dir: Path, mode: str = "offline",
     from rs_lightning.analysis.wandb_support import init_wandb_run
 
     sweep_dir = Path(sweep_dir)
-    scores, _ = collect_scores(sweep_dir)
-    if not scores:
-        raise FileNotFoundError(f"no run with exact references finished in {sweep_dir}")
-    summaries = summarize(scores)
+    tables = {name: list(csv.reader(io.StringIO((sweep_dir / f"{name}.csv").read_text())))
+              for name in ("leaderboard", "scores")}
     key = f"{entity or ''}/{project}/{sweep_dir.name}"
     run = init_wandb_run(
         mode, project=project, entity=entity, group=sweep_dir.name, job_type="benchmark",
         name=f"benchmark-{sweep_dir.name}",
         id="benchmark-" + hashlib.sha1(key.encode()).hexdigest()[:16], dir=str(sweep_dir),
-        config={"sweep_dir": str(sweep_dir), "runs": len(scores)},
+        config={"sweep_dir": str(sweep_dir), "runs": len(tables["scores"]) - 1},
         **({"resume": "allow"} if mode == "online" else {}))
-    tables = {"leaderboard": leaderboard_csv(summaries), "scores": scores_csv(scores)}
-    media: dict[str, Any] = {}
-    for name, text in tables.items():
-        header, *rows = list(csv.reader(io.StringIO(text)))
-        media[name] = wandb.Table(columns=header, data=rows)
+    media: dict[str, Any] = {name: wandb.Table(columns=header, data=rows)
+                             for name, (header, *rows) in tables.items()}
     if (sweep_dir / "profiles.png").is_file():
         media["profiles"] = wandb.Image(str(sweep_dir / "profiles.png"),
                                         caption="performance profiles")

@@ -195,10 +195,9 @@ def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], pat
     grid worlds, the path of every seed at every alpha. Each panel says whether its numbers
     are exact or Monte Carlo; ``switch_points``: the alphas where the exact per-decision
     policy changes its path (dashed lines)."""
-    import matplotlib
+    from rs_lightning.analysis.plots import _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     prefix = "exact_" if all("exact_expectation" in s for s in summary) else ""
     source = "exact" if prefix else "Monte Carlo"
