@@ -108,7 +108,7 @@ def world_names(conf_dir: Optional[Path] = None) -> dict[str, str]:
     """{gymnasium id: the name of its ``conf/env`` file} (the names the command line uses)."""
     from omegaconf import OmegaConf
 
-    from rs_lightning.analysis.runs import CONF_DIR
+    from rs_lightning.config import CONF_DIR
 
     names: dict[str, str] = {}
     for path in sorted((conf_dir or CONF_DIR).glob("env/*.yaml")):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rs_lightning.config import CONF_DIR
 from rs_lightning.config.schema import ValidatedConfig, validate
 from rs_lightning.engine.build import build
 from rs_lightning.engine.checkpoints import (
@@ -26,7 +27,6 @@ class TrainedRun:
     env_steps: int
 
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Sections whose keys are the same for every choice of agent, risk and env: a run recorded by
 # an earlier version may lack keys added since, which take today's defaults.
 _SHARED_SECTIONS = ("learning", "evaluation", "fault_injection", "limits")

@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 from rs_lightning.app.config_reference import write_or_check
+from rs_lightning.config import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = CONF_DIR.parent  # the repository
 PAGE = ROOT / "docs" / "reference" / "cli.md"
 WIDTH = "80"
 

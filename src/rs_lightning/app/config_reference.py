@@ -23,10 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from rs_lightning.config import schema
+from rs_lightning.config import CONF_DIR, schema
 
-CONF = Path(__file__).resolve().parents[3] / "conf"
-PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "config.md"
+PAGE = CONF_DIR.parent / "docs" / "reference" / "config.md"
 # Hydra's own section: its keys are Hydra's (hydra.cc documents them).
 SKIPPED_SECTIONS = ("hydra", "defaults")
 
@@ -213,7 +212,7 @@ def _table(keys: list[Key], accepted: dict[str, list[str]], rename=lambda k: k) 
 def render() -> str:
     """The whole page."""
     accepted = accepted_values()
-    main = yaml_keys(CONF / "train.yaml")
+    main = yaml_keys(CONF_DIR / "train.yaml")
     out = ["# Configuration reference", "",
            "Generated from `conf/` and the checks of `src/rs_lightning/config/schema.py` by "
            "`rs-lightning config-reference`; do not edit it by hand "
@@ -234,7 +233,7 @@ def render() -> str:
         if heading is not None and heading.meaning:
             out += [heading.meaning, ""]
         out += [*_table(keys, accepted), ""]
-    for group in sorted(p for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"):
+    for group in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
         options = sorted(group.glob("*.yaml"))
         if not options:
             continue

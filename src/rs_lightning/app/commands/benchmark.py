@@ -18,10 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from rs_lightning.config import CONF_DIR
 from rs_lightning.errors import EXIT_BAD_INPUT
 
-ROOT = Path(__file__).resolve().parents[4]
-CONF = ROOT / "conf"
 PRESET_PREFIX = "benchmark_"
 DEFAULT_PRESET = "small"
 # flag -> (the preset's sweeper key, what one value is)
@@ -34,14 +33,15 @@ class BadInput(ValueError):
 
 
 def presets() -> list[str]:
-    return sorted(p.stem[len(PRESET_PREFIX):] for p in CONF.glob(f"experiment/{PRESET_PREFIX}*.yaml"))
+    return sorted(p.stem[len(PRESET_PREFIX):]
+                  for p in CONF_DIR.glob(f"experiment/{PRESET_PREFIX}*.yaml"))
 
 
 def read_preset(name: str) -> dict:
     """The preset's YAML (``conf/experiment/benchmark_<name>.yaml``) as a mapping."""
     if name not in presets():
         raise BadInput(f"--preset: no preset {name!r}; allowed: {', '.join(presets())}")
-    return yaml.safe_load((CONF / "experiment" / f"{PRESET_PREFIX}{name}.yaml").read_text())
+    return yaml.safe_load((CONF_DIR / "experiment" / f"{PRESET_PREFIX}{name}.yaml").read_text())
 
 
 def _names(value) -> list[str]:
@@ -57,9 +57,9 @@ def allowed_values(preset: dict) -> dict[str, list[str]]:
     from rs_lightning.references.exact_policies import CLOSED_FORM_RISKS
     from rs_lightning.references.tabular_references import REFERENCE_RISKS
 
-    agents = [p.stem for p in sorted(CONF.glob("agent/*.yaml"))
+    agents = [p.stem for p in sorted(CONF_DIR.glob("agent/*.yaml"))
               if p.stem in AGENTS and not AGENTS[p.stem][0].continuous_actions]
-    measures = [p.stem for p in sorted(CONF.glob("risk/*.yaml"))
+    measures = [p.stem for p in sorted(CONF_DIR.glob("risk/*.yaml"))
                 if p.stem in CLOSED_FORM_RISKS and p.stem in REFERENCE_RISKS]
     return {"--worlds": _names(preset["hydra"]["sweeper"]["params"]["env"]),
             "--agents": agents, "--measures": measures, "--objectives": list(SCORED_KEYS)}
@@ -112,7 +112,7 @@ def train_command(args: argparse.Namespace) -> list[str]:
     overrides.append(f"parallel_seeds={seeds}")
     out = args.out if args.out is not None else preset["hydra"]["sweep"]["dir"]
     overrides.append(f"hydra.sweep.dir={out}")
-    return [sys.executable, str(ROOT / "train.py"), "-m", *overrides, *args.overrides]
+    return [sys.executable, str(CONF_DIR.parent / "train.py"), "-m", *overrides, *args.overrides]
 
 
 def main(argv: list[str] | None = None) -> int:
