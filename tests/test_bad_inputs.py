@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from rs_lightning.app.jobs import skip_resume_or_run
 from rs_lightning.app.train import run
 from rs_lightning.errors import ConfigError
 from tests.conftest import CONF, ROOT
+from tests.warm_python import command as python_command
 
 # The finished run the cases are aimed at: a short DQN run on risky rewards.
 FINISHED_RUN = [
@@ -487,7 +487,7 @@ def cli_results(files, request):
         env = {**os.environ, "WANDB_MODE": "offline", **case.environ}
         env.pop("HYDRA_FULL_ERROR", None)
         result = subprocess.run(
-            [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+            [*python_command(), str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )
         return result, before == (snapshot(target) if target.is_dir() else {})
@@ -542,7 +542,7 @@ def test_the_memory_estimate_names_the_largest_part_and_the_limit(compose):
 
 def test_a_launcher_setting_of_the_wrong_type_says_why(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=joblib",
+        [*python_command(), str(ROOT / "train.py"), "-m", "hydra/launcher=joblib",
          "hydra.launcher.n_jobs=abc", f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 2

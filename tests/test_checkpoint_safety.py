@@ -10,7 +10,6 @@ import json
 import pickle
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -34,6 +33,7 @@ from rs_lightning.envs.plain_state import (
 )
 from rs_lightning.errors import ConfigError
 from tests.conftest import CONF, ROOT
+from tests.warm_python import command as python_command
 
 # A CartPole run (environment copies through gymnasium) that writes a checkpoint at step 40.
 GYM_RUN = ["env=cartpole", "env.num_envs=2", "agent=dqn", "logger=none",
@@ -103,7 +103,7 @@ def poisoned_files(source: Path, marker: Path, folder: Path) -> dict[str, Path]:
 
 def train_command(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "train.py", *GYM_RUN, f"hydra.run.dir={run_dir}", *overrides],
+        [*python_command(), "train.py", *GYM_RUN, f"hydra.run.dir={run_dir}", *overrides],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
 
@@ -276,7 +276,7 @@ def test_a_poisoned_checkpoint_in_a_sweep_job_fails_that_job_and_runs_nothing(gy
     (job / "eval.json").unlink()
     shutil.copy(poisoned, job / "checkpoints" / "last.ckpt")
     result = subprocess.run(
-        [sys.executable, "train.py", "-m", *GYM_RUN, "seed=0", f"hydra.sweep.dir={job.parent}",
+        [*python_command(), "train.py", "-m", *GYM_RUN, "seed=0", f"hydra.sweep.dir={job.parent}",
          "hydra.sweep.subdir=job"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )

@@ -5,12 +5,12 @@ the same tools."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rs_lightning.app.console import TOOLS, main
+from tests.warm_python import command as python_command
 
 
 def test_help_lists_every_tool(capsys):
@@ -45,7 +45,7 @@ def test_a_tool_runs_and_returns_its_status(tmp_path, capsys):
 @pytest.mark.parametrize("module", ["evaluation", "frontier", "results", "report", "plots",
                                     "gym_results"])
 def test_python_dash_m_runs_the_tool_under_its_module_name(module):
-    result = subprocess.run([sys.executable, "-m", f"rs_lightning.{module}", "--help"],
+    result = subprocess.run([*python_command(), "-m", f"rs_lightning.{module}", "--help"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage:")

@@ -15,6 +15,7 @@ from rs_lightning.envs.gym_support import (
     scaled_reward_bounds,
     unit_reward_scale,
 )
+from tests.warm_python import command as python_command
 
 
 def env_of(compose, *overrides):
@@ -108,13 +109,12 @@ def test_debug_quick_stays_quick_on_classic_control(tmp_path, agent, env_id):
     import os
     import resource
     import subprocess
-    import sys
 
     from tests.conftest import ROOT
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "env=gym", f"env.id={env_id}", f"agent={agent}",
+        [*python_command(), str(ROOT / "train.py"), "env=gym", f"env.id={env_id}", f"agent={agent}",
          "debug=quick", "logger=csv", f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
         timeout=600, check=False)

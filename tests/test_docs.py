@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 
 def test_the_site_builds_strictly(tmp_path):
@@ -69,22 +70,24 @@ def test_the_quick_commands_of_a_page_run_and_write_their_files(page, tmp_path):
     commands = [(b, c) for b, c in shell_commands(page) if is_quick(c)]
     env = dict(os.environ, WANDB_MODE="offline")
     made: dict[int, object] = {}
+    python = python_command()
     for number, (block, command) in enumerate(commands):
         words = shlex.split(command)
         if words[:2] == ["python", "train.py"]:
             sweep = "-m" in words
             folder = tmp_path / f"{'sweep' if sweep else 'run'}_{number}"
-            words = [sys.executable, str(ROOT / "train.py"), *words[2:],
+            words = [*python, str(ROOT / "train.py"), *words[2:],
                      f"hydra.{'sweep' if sweep else 'run'}.dir={folder}"]
             made[block] = folder
         elif words[0] == "rs-lightning":
-            words = [sys.executable, "-m", "rs_lightning.app.console", *words[1:]]
+            words = [*python, "-m", "rs_lightning.app.console", *words[1:]]
             words = [str(made[block]) if re.search(r"<[^>]+>", w) else w for w in words]
         result = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, timeout=600,
                                 env=env, stdin=subprocess.DEVNULL)
         assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
-        if words[1:2] == [str(ROOT / "train.py")]:
+        args = words[len(python):]
+        if args[:1] == [str(ROOT / "train.py")]:
             written = list(made[block].glob("eval.json")) + list(made[block].glob("*/eval.json"))
             assert written, f"{command}: no eval.json in {made[block]}"
-        if words[3:4] == ["report"]:
+        if args[2:3] == ["report"]:
             assert (made[block] / "report" / "report.html").is_file(), command

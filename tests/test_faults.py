@@ -22,11 +22,12 @@ from rs_lightning.engine.build import AtomicCheckpointIO, build
 from rs_lightning.errors import NumericalFault
 from rs_lightning.files import append_jsonl, atomic_write, read_jsonl, truncate_jsonl
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 
 def train_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
+        [*python_command(), str(ROOT / "train.py"), *args], cwd=ROOT,
         env=env or dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
         timeout=300, stdin=subprocess.DEVNULL,  # nothing may wait for input
     )

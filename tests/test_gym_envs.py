@@ -38,6 +38,7 @@ from rs_lightning.envs.gym_support import bounds_normalization, discounted_retur
 from rs_lightning.errors import ConfigError
 from rs_lightning.objectives import EpisodeState
 from tests.conftest import CONF, ROOT
+from tests.warm_python import command as python_command
 
 PRESETS = ("cartpole", "cliff_walking", "frozen_lake", "lunar_lander")
 
@@ -134,7 +135,7 @@ def test_unsupported_spaces_are_refused_saying_what_is_supported(env_id, kwargs,
 def train_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, WANDB_MODE="offline")
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+    return subprocess.run([*python_command(), str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 

@@ -8,19 +8,19 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import pytest
 from omegaconf import OmegaConf
 
 from rs_lightning.analysis.report import STUDY_TABLE_KEY, wandb_report
-from rs_lightning.app.commands.report import main
 from rs_lightning.analysis.study import run_objective
+from rs_lightning.app.commands.report import main
 from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError
 from rs_lightning.files import read_jsonl
 from tests.conftest import ROOT
 from tests.wandb_files import summary
+from tests.warm_python import command as python_command
 
 pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
 
@@ -32,7 +32,7 @@ def study(tmp_path_factory):
     """Three trials of tiny runs, exactly as a user would start the study."""
     sweep_dir = tmp_path_factory.mktemp("study")
     result = subprocess.run(
-        [sys.executable, "train.py", "hparams_search=risk_averse_lr",
+        [*python_command(), "train.py", "hparams_search=risk_averse_lr",
          f"hydra.sweeper.n_trials={TRIALS}", "agent=dqn", "logger=none",
          "callbacks.progress_bar=false", "debug=quick", "trainer.max_steps=60",
          "evaluation.episodes=50", "evaluation.every_n_steps=30",

@@ -15,12 +15,12 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 SEEDS = (0, 1)
 STEPS = 100
@@ -45,7 +45,7 @@ def train_cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
                     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0",
                     **(env or {}))
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, env=full_env,
+        [*python_command(), str(ROOT / "train.py"), *args], cwd=cwd, env=full_env,
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
     )
 
@@ -123,8 +123,9 @@ def test_slurm_preset_submits_one_array_job_with_its_resources(tmp_path, preset,
 
 
 def test_ray_launcher_passes_only_the_settings_given():
-    from hydra_plugins.rs_lightning_ray_launcher.ray_launcher import given
     from omegaconf import OmegaConf
+
+    from hydra_plugins.rs_lightning_ray_launcher.ray_launcher import given
 
     cluster = OmegaConf.create({"address": "auto", "num_cpus": None, "include_dashboard": False})
     assert given(cluster) == {"address": "auto", "include_dashboard": False}

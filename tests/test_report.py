@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -16,6 +15,7 @@ from rs_lightning.analysis.report import (
 )
 from rs_lightning.app.commands.report import main
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def sweep(tmp_path_factory):
     """A real two-agent multirun through the CLI, logging to offline W&B runs."""
     sweep_dir = tmp_path_factory.mktemp("sweep")
     subprocess.run(
-        [sys.executable, "train.py", "-m", "agent=dqn,rs_umdqn_c", "debug=quick",
+        [*python_command(), "train.py", "-m", "agent=dqn,rs_umdqn_c", "debug=quick",
          "callbacks.progress_bar=false", f"hydra.sweep.dir={sweep_dir}"],
         cwd=ROOT, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300,
     )

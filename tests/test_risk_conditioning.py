@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from rs_lightning.agents import AGENTS
-from rs_lightning.app.commands.report import main as report
 from rs_lightning.analysis.runs import load_run
+from rs_lightning.app.commands.report import main as report
 from rs_lightning.app.train import run
 from rs_lightning.risk import (
     RISK_MEASURES,
@@ -24,6 +23,7 @@ from rs_lightning.risk import (
 )
 from rs_lightning.risk.conditioning import RiskConditioning, widen
 from tests.conftest import ROOT, run_and_resume_from_step_100
+from tests.warm_python import command as python_command
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
          "evaluation.every_n_steps=0", "evaluation.episodes=100"]
@@ -296,7 +296,7 @@ def test_a_conditioned_multirun_and_its_report(tmp_path):
     report: its table names the agent as risk-conditioned and says what its rows are."""
     sweep = tmp_path / "sweep"
     subprocess.run(
-        [sys.executable, "train.py", "-m", "agent=c51", "agent.risk_conditioned=true",
+        [*python_command(), "train.py", "-m", "agent=c51", "agent.risk_conditioned=true",
          "alpha=0.25,0.75", "parallel_seeds=2", *QUICK, "trainer.max_steps=60",
          f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300,

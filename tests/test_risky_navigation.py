@@ -100,6 +100,46 @@ def test_the_risk_neutral_optimum_crosses_and_cvar_goes_around():
     assert cvar(laws["crossing"]) < cvar(laws["around"])
 
 
+def test_exploring_starts_cover_the_arena_off_the_goal_and_a_bad_start_is_named():
+    from rs_lightning.envs.risky_navigation import ARENA, on_goal
+
+    env = gym.make("rs_lightning/RiskyNavigation-v0", start="anywhere")
+    starts = np.array([env.reset(seed=seed)[0] for seed in range(2000)])
+    assert not any(on_goal(x, y) for x, y in starts)
+    # Uniform over the arena: each coordinate's mean and quartiles within a few percent.
+    for axis, (low, high) in enumerate(ARENA):
+        width = high - low
+        assert starts[:, axis].min() >= low and starts[:, axis].max() <= high
+        assert np.quantile(starts[:, axis], [0.25, 0.5, 0.75]) == pytest.approx(
+            [low + width / 4, low + width / 2, low + 3 * width / 4], abs=0.04 * width)
+    assert np.array_equal(gym.make("rs_lightning/RiskyNavigation-v0").reset(seed=3)[0], [0, 0])
+    with pytest.raises(ValueError, match="start must be one of origin, anywhere"):
+        gym.make("rs_lightning/RiskyNavigation-v0", start="corner")
+
+
+def test_training_kwargs_reach_the_collecting_copies_and_never_an_evaluation(compose):
+    """``env.training_kwargs`` change the copies that fill the replay (here: exploring
+    starts); the evaluation's copies are made from ``env.kwargs`` alone and start at (0, 0)."""
+    from rs_lightning.analysis.evaluation import play_episodes, rollout_policy
+    from rs_lightning.config.schema import validate
+    from rs_lightning.engine.build import build
+    from rs_lightning.risk import Utility
+
+    config = validate(compose(["experiment=risky_navigation", "env.num_envs=8", "debug=quick",
+                               "+env.training_kwargs.start=anywhere", "logger=none"]))
+    datamodule, _ = build(config)
+    datamodule.setup()
+    starts = datamodule.collector.rollout.copies.obs()
+    assert starts.shape == (8, 2) and len(np.unique(starts.round(6), axis=0)) == 8
+    # Full speed along +x: from (0, 0), 19 steps to the goal, 12 of them in the region, so
+    # every return is -0.05 less 0.8 a strike; from anywhere else, hardly ever.
+    east = lambda rows: torch.tensor([[1.0, 0.0]]).expand(len(rows), 2)  # noqa: E731
+    played = play_episodes(rollout_policy(east, Utility(1.0, "expectation")),
+                           config.train.env, episodes=50, seed=0, batch_envs=10)
+    strikes = (-0.05 - played.returns) / 0.8
+    assert np.allclose(strikes, strikes.round(), atol=1e-6) and strikes.min() >= -1e-6
+
+
 # Measured with TQC on seed 0 (20,000 updates): at alpha 1 the greedy policy crosses with
 # E = -1.27 (the optimum -1.01: two steps and two region steps more); at alpha 0 with CVaR_0.1
 # it stays out of the region but never finds the way around to the goal (E = -10.4, every

@@ -22,13 +22,14 @@ from rs_lightning.app.run_folders import LOCK, FolderInUse, RunFolderLock
 from rs_lightning.app.train import run
 from rs_lightning.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 QUICK = ["debug=quick", "logger=none", "agent=dqn", "callbacks.progress_bar=false"]
 NO_CALLBACK = "~hydra.callbacks.check_inputs"
 
 
 def train_command(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, check=False,
+    return subprocess.run([*python_command(), str(ROOT / "train.py"), *args], cwd=cwd, check=False,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import torch
 from rs_lightning.analysis.evaluation import summarize_returns
 from rs_lightning.risk import Utility, cpw, from_samples, value_at_risk, wang
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 
 @pytest.mark.parametrize("risk, params, measure", [
@@ -73,7 +73,7 @@ def test_the_policy_command_writes_policy_png(tmp_path):
 
 
 def test_a_comma_list_without_multirun_says_to_add_m():
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "agent=dqn,c51"], cwd=ROOT,
+    result = subprocess.run([*python_command(), str(ROOT / "train.py"), "agent=dqn,c51"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [(

@@ -16,6 +16,7 @@ import pytest
 
 from rs_lightning.analysis.results import collect
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 # Short jobs: 100 updates, a checkpoint and an evaluation every 50.
 SHORT_JOBS = [
@@ -27,7 +28,7 @@ SHORT_JOBS = [
 
 def sweep(sweep_dir: Path, *args: str, **popen) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", *SHORT_JOBS, *args,
+        [*python_command(), str(ROOT / "train.py"), "-m", *SHORT_JOBS, *args,
          f"hydra.sweep.dir={sweep_dir}"],
         cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
         timeout=600, stdin=subprocess.DEVNULL, **popen,
@@ -177,7 +178,7 @@ def test_soak_a_sweep_killed_at_random_moments_ends_complete(tmp_path):
     # Every job ends exactly as in the same sweep run without interruption.
     reference = tmp_path / "uninterrupted"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", *common, *args,
+        [*python_command(), str(ROOT / "train.py"), "-m", *common, *args,
          f"hydra.sweep.dir={reference}"],
         cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
         timeout=3600, stdin=subprocess.DEVNULL, check=False,

@@ -17,12 +17,13 @@ import pytest
 
 from rs_lightning.app.train import run
 from tests.conftest import ROOT
+from tests.warm_python import command as python_command
 
 
 def train_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = dict(os.environ, WANDB_MODE="offline", HYDRA_FULL_ERROR="0")
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args],
+        [*python_command(), str(ROOT / "train.py"), *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )
 

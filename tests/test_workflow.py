@@ -26,6 +26,7 @@ from rs_lightning.app.commands.report import main
 from rs_lightning.app.run_names import resume_marker, wandb_run_names
 from tests.conftest import ROOT
 from tests.wandb_files import run_record
+from tests.warm_python import command as python_command
 
 TINY = ["debug=quick", "trainer.max_steps=60", "evaluation.episodes=50",
         "evaluation.every_n_steps=30", "evaluation.episodes_during_training=20",
@@ -37,7 +38,7 @@ def lr_sweep(tmp_path_factory):
     """A real sweep over the learning rate, logging to offline W&B runs."""
     sweep_dir = tmp_path_factory.mktemp("lr_sweep")
     result = subprocess.run(
-        [sys.executable, "train.py", "-m", "agent=dqn", "learning.lr=1e-4,1e-2", *TINY,
+        [*python_command(), "train.py", "-m", "agent=dqn", "learning.lr=1e-4,1e-2", *TINY,
          f"hydra.sweep.dir={sweep_dir}"],
         cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True,
         stdin=subprocess.DEVNULL, timeout=300,

@@ -68,7 +68,7 @@ def check_finite(node: Any, key: str = "") -> None:
             raise ConfigError(key, f"must be a finite number, got {node}")
         return
     for name, value in items:
-        if key.endswith("env") and name == "kwargs":
+        if key.endswith("env") and name in ("kwargs", "training_kwargs"):
             continue  # the environment's own arguments: gymnasium checks them
         sub = f"{key}{name}" if name.startswith("[") else f"{key}.{name}" if key else str(name)
         check_finite(value, sub)
@@ -78,6 +78,9 @@ def check_finite(node: Any, key: str = "") -> None:
 class EnvSection:
     id: str = MISSING  # a registered gymnasium id
     kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+    # Merged over kwargs for the copies that collect experience, never for an evaluation:
+    # training conditions that must not change what is measured (exploring starts).
+    training_kwargs: Dict[str, Any] = field(default_factory=dict)
     gamma: float = MISSING
     reward_clip: Optional[float] = MISSING  # |r| clipped for learning; null: no clipping
     return_min: float = MISSING  # support of the learnt return distribution

@@ -34,7 +34,7 @@ import torch
 from rs_lightning.engine.replay import NStepReturns, ReplayMemory, update_ratio
 from rs_lightning.engine.rollout import Policy, Rollout
 from rs_lightning.envs.copies import make_copies
-from rs_lightning.envs.factory import env_problem
+from rs_lightning.envs.factory import env_problem, training_env
 from rs_lightning.objectives import Objective
 from rs_lightning.types import Transitions
 
@@ -281,7 +281,8 @@ class ExperienceDataModule(pl.LightningDataModule):
         if self.collector is not None:  # called by the user before fit, then by Lightning
             return
         n = self.copies_per_member
-        copies = make_copies(self.env_config, copy_seeds(self.seeds, n), groups=len(self.seeds))
+        copies = make_copies(training_env(self.env_config), copy_seeds(self.seeds, n),
+                             groups=len(self.seeds))
         state = self.objective.episode_state(self.seeds, n, self.problem.gamma)
         # Bytes only where every stored value is a byte: an episode state's features are not.
         compact = self.problem.obs_uint8 and state.stored_features == 0

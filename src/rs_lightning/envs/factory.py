@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 
@@ -43,6 +45,16 @@ def make_env(config) -> gym.Env:
     except ValueError as error:  # an environment's own check of its arguments
         raise ConfigError("env.kwargs", f"{config.id!r}: {error}") from None
     return adapt_spaces(env, config.id, getattr(config, "observation_normalization", "none"))
+
+
+def training_env(config):
+    """The ``env`` section that the copies collecting experience are made from: ``kwargs``
+    with ``training_kwargs`` merged over them (an evaluation uses ``kwargs`` alone)."""
+    extra = getattr(config, "training_kwargs", None)
+    if not extra:
+        return config
+    return dataclasses.replace(config, kwargs={**(config.kwargs or {}), **extra},
+                               training_kwargs={})
 
 
 def _missing_dependency(env_id: str, error: Exception) -> str:

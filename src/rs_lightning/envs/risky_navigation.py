@@ -25,6 +25,11 @@ has a strike probability of at least 0.1, so its CVaR_0.1 is at most its base le
 Because the risk is met step by step, a per-decision agent feels it at every state of the
 region, and learns to leave it by the nearest edge before it learns the whole way around.
 
+``start="anywhere"`` draws each episode's start uniformly over the arena outside the goal
+(exploring starts): a training setting (``env.training_kwargs``), so that the critic sees
+the goal reached before its actor finds the way; evaluations start at (0, 0), where the laws
+above hold.
+
 The observation is the position (x, y). ``info["risk_outcome"]`` is -1 once a penalty
 struck in the episode, +1 when the episode ends on the goal without one, 0 otherwise.
 """
@@ -43,6 +48,7 @@ REGION_X = (0.35, 1.65)
 REGION_HALF_HEIGHT = 0.95
 SPEED = 0.1
 ARENA = ((-0.5, 2.5), (-2.5, 2.5))  # x and y bounds the mass cannot leave
+STARTS = ("origin", "anywhere")
 
 
 def in_region(x: float, y: float) -> bool:
@@ -68,9 +74,12 @@ class RiskyNavigation(gym.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
-                 step_cost: float = 0.1, shaping: float = 1.0) -> None:
+                 step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin") -> None:
         if not 0.0 <= strike_probability <= 1.0:
             raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
+        self.start = start
         self.strike_probability = float(strike_probability)
         self.penalty = float(penalty)
         self.step_cost = float(step_cost)
@@ -88,6 +97,11 @@ class RiskyNavigation(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.position = np.zeros(2)
+        if self.start == "anywhere":
+            low, high = [ARENA[0][0], ARENA[1][0]], [ARENA[0][1], ARENA[1][1]]
+            self.position = self.np_random.uniform(low, high)
+            while on_goal(*self.position):
+                self.position = self.np_random.uniform(low, high)
         self.struck = False
         return self._obs(), {}
 
