@@ -229,7 +229,14 @@ def _become(request: dict, fds: list[int]) -> None:
             runpy.run_path(args[0], run_name="__main__")
     except SystemExit:
         raise
-    except BaseException:
+    except KeyboardInterrupt:  # as Python ends on it: the traceback, then killed by SIGINT
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001  (an uncaught error: its traceback, status 1)
         import traceback
 
         traceback.print_exc()

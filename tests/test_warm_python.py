@@ -1,0 +1,109 @@
+"""The warm interpreter of the tests (tests/warm_python.py) runs a script as the real one
+does: the same output, exit status, working folder, environment and import path; a signal
+sent to the command reaches the script; a command killed with kill -9 takes its script
+with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.warm_python import command
+
+SCRIPT = '''
+import atexit, json, os, sys
+atexit.register(lambda: print("atexit ran"))
+import helper_module_of_the_test
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "marker": os.environ.get("MARKER"),
+                  "helper": helper_module_of_the_test.VALUE, "main": __name__}))
+print("to stderr", file=sys.stderr)
+if "fail" in sys.argv:
+    raise ValueError("failed on purpose")
+sys.exit(int(sys.argv[1]))
+'''
+
+
+@pytest.fixture
+def script(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper_module_of_the_test.py").write_text("VALUE = 42\n")
+    path = tmp_path / "script.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+@pytest.mark.parametrize("args", [["3", "x y"], ["0", "fail"]])
+def test_a_script_runs_as_under_the_real_interpreter(script, tmp_path, args):
+    env = dict(os.environ, MARKER="seen", PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path / "lib"), os.environ.get("PYTHONPATH")])))
+    results = [subprocess.run([*python, str(script), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+               for python in (command(real=True), command())]
+    real, warm = results
+    assert command() != command(real=True)
+    assert (warm.returncode, warm.stdout) == (real.returncode, real.stdout)
+    assert warm.stderr.splitlines()[0] == real.stderr.splitlines()[0] == "to stderr"
+    if "fail" in args:
+        assert real.returncode == 1 and "ValueError: failed on purpose" in warm.stderr
+    else:
+        assert real.returncode == 3 and '"marker": "seen"' in real.stdout
+        assert '"helper": 42' in real.stdout and '"main": "__main__"' in real.stdout
+        assert real.stdout.endswith("atexit ran\n")
+
+
+def wait_for(path, process, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+SLEEPER = '''
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+time.sleep(300)
+'''
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("real", [True, False], ids=["real", "warm"])
+def test_a_signal_to_the_command_reaches_the_script(tmp_path, number, real):
+    """SIGTERM and SIGINT are passed on, and the command ends as its script did: killed by
+    that signal, as under the real interpreter. kill -9, which the launcher cannot pass on,
+    makes the server kill the script."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "pid"
+    process = subprocess.Popen([*command(real=real), str(tmp_path / "sleeper.py"), str(pid_file)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    wait_for(pid_file, process)
+    while not pid_file.read_text():
+        time.sleep(0.01)
+    script_pid = int(pid_file.read_text())
+    assert (script_pid == process.pid) == real
+    process.send_signal(number)
+    process.wait(timeout=60)
+    assert process.returncode == -number, process.stderr.read()
+    deadline = time.monotonic() + 10
+    while alive(script_pid):
+        assert time.monotonic() < deadline, "the script outlived its command"
+        time.sleep(0.02)
+
+
+def test_arguments_it_does_not_serve_go_to_the_real_interpreter():
+    result = subprocess.run([*command(), "-c", "import sys; print(sys.flags.no_site)"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == str(sys.flags.no_site)
