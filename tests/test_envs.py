@@ -470,3 +470,13 @@ def test_step_is_cheap():
     env.reset(seed=0)
     per_step = min(timeit.repeat(lambda: env.step(DOWN), number=2000, repeat=5)) / 2000
     assert per_step < 50e-6
+
+
+def test_the_tables_are_made_once_per_class_and_settings():
+    """An evaluation makes hundreds of copies: those of one class and settings share one
+    model (read-only); other settings get their own."""
+    first, second = (RiskyGridWorld(max_steps=10) for _ in range(2))
+    assert first._model is second._model and first._sampler is second._sampler
+    assert RiskyGridWorld(max_steps=11)._model is not first._model
+    assert RiskyGridWorld(trap_terminal=True)._model is not first._model
+    assert RiskyRewards()._model is not first._model

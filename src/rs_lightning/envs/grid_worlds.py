@@ -171,7 +171,10 @@ class GridWorld(gym.Env):
         per class and settings and shared, read-only, by such instances: an evaluation makes
         hundreds."""
         try:
-            key = (type(self), tuple(sorted(vars(self).items())))
+            # The spaces are not settings (and gymnasium's spaces are unhashable).
+            settings = {name: value for name, value in vars(self).items()
+                        if name not in ("observation_space", "action_space")}
+            key = (type(self), tuple(sorted(settings.items())))
             hash(key)
         except TypeError:  # a setting that cannot be a key: this instance's own tables
             self._model, self._sampler, self._observations = self._tabulate()
