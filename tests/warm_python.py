@@ -118,7 +118,7 @@ def launch(path: str, args: list[str]) -> None:
     request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
     replies = _lines(connection)
-    child = next(replies)["pid"]
+    next(replies)  # the child's pid: it has started
     for number in FORWARDED:
         signal.signal(number, lambda received, _: _send(connection, {"signal": received}))
     status = next(replies)["status"]
@@ -126,7 +126,7 @@ def launch(path: str, args: list[str]) -> None:
         number = os.WTERMSIG(status)
         signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
-    os._exit(os.waitstatus_to_exitcode(status) if child else 1)
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 # -- the server -----------------------------------------------------------------------------
