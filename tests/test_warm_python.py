@@ -68,7 +68,7 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
 
 
 SLEEPER = '''
@@ -107,3 +107,56 @@ def test_arguments_it_does_not_serve_go_to_the_real_interpreter():
     result = subprocess.run([*command(), "-c", "import sys; print(sys.flags.no_site)"],
                             capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == str(sys.flags.no_site)
+
+
+WANDB_FOLDERS = '''
+import os, sys
+from wandb.sdk.data_types._private import MEDIA_TMP
+from wandb.sdk.artifacts.artifact import Artifact
+for folder in (MEDIA_TMP, Artifact._TMP_DIR):
+    assert os.path.isdir(folder.name), folder.name
+    print(folder.name)
+'''
+
+
+def test_each_command_has_wandb_temporary_folders_of_its_own(tmp_path):
+    """W&B is preloaded, and deletes its media and artifact folders when a process exits:
+    each command gets its own, made at its start and deleted at its end, so that one
+    command's exit leaves the next one's folders in place."""
+    script = tmp_path / "folders.py"
+    script.write_text(WANDB_FOLDERS)
+    seen = []
+    for _ in range(2):
+        result = subprocess.run([*command(), str(script)], capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        seen.append(result.stdout.split())
+    assert len(seen[0]) == 2 and not set(seen[0]) & set(seen[1])
+    assert seen[0][0].endswith("wandb-media") and seen[0][1].endswith("wandb-artifacts")
+    assert not any(os.path.exists(name) for name in seen[0] + seen[1])
+
+
+ENDINGS = '''
+import sys, threading, time
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+code = sys.argv[1]
+sys.exit(None if code == "none" else int(code) if code.lstrip("-").isdigit() else code)
+'''
+
+
+@pytest.mark.parametrize("code", ["none", "259", "-1", "a message"])
+def test_a_script_ends_as_under_the_real_interpreter(tmp_path, code):
+    """The warm child skips the teardown of the preloaded modules, not what shows: its
+    non-daemon threads finish, SystemExit's code or message becomes the same status."""
+    script = tmp_path / "endings.py"
+    script.write_text(ENDINGS)
+    real, warm = (subprocess.run([*python, str(script), code], capture_output=True, text=True,
+                                 timeout=120, check=False)
+                  for python in (command(real=True), command()))
+    assert (warm.returncode, warm.stdout, warm.stderr) == (real.returncode, real.stdout,
+                                                           real.stderr)
+    assert real.stdout == "thread done\n"
+    assert real.returncode == {"none": 0, "259": 3, "-1": 255, "a message": 1}[code]
