@@ -329,16 +329,15 @@ IDEAL = {"dqn", "c51", "qr_dqn", "umdqn_w", "iqn", "rs_umdqn_c", "umdqn_kl"}
 def fitted_distribution(name: str, law: str, updates: int = 800) -> ReturnDistribution:
     """The law as agent ``name`` learns it: its own loss on terminal transitions from one
     state whose rewards are drawn from the law."""
-    m = LAWS[law]
     agent = make_agent(name)
     target = copy.deepcopy(agent).requires_grad_(False)
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-3)
     generator = np.random.default_rng(5)
     choose = Utility(1.0, "var", {"rho": 0.1}).greedy
+    draw = quantile_function(law)  # inverse-CDF sampling, one table for every batch
     with torch.enable_grad():
         for _ in range(updates):
-            rewards = torch.tensor([m.quantile(u) for u in generator.uniform(0.001, 0.999, 64)],
-                                   dtype=torch.float32)
+            rewards = draw(torch.as_tensor(generator.uniform(0.001, 0.999, 64)))
             batch = Transitions(CELLS[:1].expand(64, -1), torch.as_tensor(generator.integers(4, size=64)),
                                 rewards, CELLS[:1].expand(64, -1), torch.ones(64), torch.zeros(64))
             loss, _ = agent.loss(batch, target, choose)
