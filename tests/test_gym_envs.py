@@ -389,7 +389,13 @@ def test_vector_collection_resumes_to_the_same_run(compose, tmp_path):
 
 
 # ------------------------------------------------------------------------ presets and evaluation
-@pytest.mark.parametrize("name", PRESETS)
+# The two tabular presets spend most of such a run on their exact references at the end (the
+# 8x8 FrozenLake's about 20 s, cliff walking's about 10 s): they run with -m slow. The default
+# suite trains the cliff walking preset end to end and checks its references
+# (test_tabular_references.py), and FrozenLake's references on the 4x4 map.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)
+                                  if name in ("cliff_walking", "frozen_lake") else name
+                                  for name in PRESETS])
 def test_every_preset_trains_and_is_evaluated(compose, tmp_path, name):
     if name == "lunar_lander" and not box2d_installed():
         pytest.skip("the box2d extra (pip install -e '.[box2d]')")
