@@ -160,3 +160,31 @@ def test_a_script_ends_as_under_the_real_interpreter(tmp_path, code):
                                                            real.stderr)
     assert real.stdout == "thread done\n"
     assert real.returncode == {"none": 0, "259": 3, "-1": 255, "a message": 1}[code]
+
+
+def test_a_server_that_ends_before_starting_the_command_leaves_it_to_the_real_interpreter(
+        script, tmp_path):
+    """A server that failed at start (a preload it could not make) closes the connections
+    queued behind it: their commands run on the real interpreter, not fail."""
+    import socket
+    import threading
+
+    from tests.warm_python import LAUNCHER
+
+    path = str(tmp_path / "socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def accept_then_end() -> None:
+        connection, _ = listener.accept()
+        connection.close()
+
+    ended = threading.Thread(target=accept_then_end)
+    ended.start()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "lib"))
+    result = subprocess.run([sys.executable, "-S", LAUNCHER, path, str(script), "4"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    ended.join()
+    listener.close()
+    assert result.returncode == 4 and '"helper": 42' in result.stdout, result.stderr

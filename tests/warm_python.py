@@ -124,9 +124,12 @@ def launch(path: str, args: list[str]) -> None:
     except OSError:
         os.execv(sys.executable, [sys.executable, *args])
     request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
-    replies = _lines(connection)
-    next(replies)  # the child's pid: it has started
+    try:
+        socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        replies = _lines(connection)
+        next(replies)  # the child's pid: it has started
+    except (OSError, StopIteration):  # the server ended before starting it (its log says why)
+        os.execv(sys.executable, [sys.executable, *args])
     for number in FORWARDED:
         signal.signal(number, lambda received, _: _send(connection, {"signal": received}))
     status = next(replies)["status"]
@@ -146,7 +149,10 @@ def serve(path: str) -> None:
     import importlib
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not installed here (pandas is optional): a child imports it
+            print(f"not preloaded: {name}", flush=True)
     _temporary_folders()  # fails here, at start, if W&B has moved them
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the monitors below are reaped at once
     parent = os.getppid()
@@ -208,13 +214,14 @@ def _monitor(connection: socket.socket) -> None:
 
 def _temporary_folders() -> list:
     """The preloaded modules' ``tempfile.TemporaryDirectory`` objects, with their suffixes."""
-    import importlib
     import operator
     import tempfile
 
     found = []
     for module, attribute, suffix in WANDB_TEMPORARY_FOLDERS:
-        folder = operator.attrgetter(attribute)(importlib.import_module(module))
+        if module not in sys.modules:  # W&B not preloaded: a child makes its own
+            continue
+        folder = operator.attrgetter(attribute)(sys.modules[module])
         if not (isinstance(folder, tempfile.TemporaryDirectory) and folder.name.endswith(suffix)):
             raise SystemExit(f"{module}.{attribute} is not a temporary folder: update the list")
         found.append((folder, suffix))
