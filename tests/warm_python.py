@@ -41,8 +41,10 @@ PRELOAD = ("torch", "pytorch_lightning", "hydra", "omegaconf", "gymnasium",
 # Objects made at import whose folder is deleted when the process that holds them exits:
 # shared, the first child to exit would delete them for every later one.
 # (module, attribute, the folder name's suffix)
-WANDB_TEMPORARY_FOLDERS = (("wandb.sdk.data_types._private", "MEDIA_TMP", "wandb-media"),
-                           ("wandb.sdk.artifacts.artifact", "Artifact._TMP_DIR", "wandb-artifacts"))
+WANDB_TEMPORARY_FOLDERS = (
+    ("wandb.sdk.data_types._private", "MEDIA_TMP", "wandb-media"),
+    ("wandb.sdk.artifacts.artifact", "Artifact._TMP_DIR", "wandb-artifacts"),
+)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -134,10 +136,14 @@ def launch(path: str, args: list[str]) -> None:
         signal.signal(number, lambda received, _: _send(connection, {"signal": received}))
     status = next(replies)["status"]
     if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
+        _die_by(os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _die_by(number: int) -> None:
+    """End this process by signal ``number``, as its default action does."""
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
 
 
 # -- the server -----------------------------------------------------------------------------
@@ -238,7 +244,7 @@ def _own_temporary_folders() -> None:
 
 
 def _become(request: dict, fds: list[int]) -> None:
-    """Turn this forked process into ``python <args>`` and let the interpreter end it."""
+    """Turn this forked process into ``python <args>``; :func:`_shut_down` ends it."""
     import runpy
 
     _own_temporary_folders()
@@ -307,9 +313,9 @@ def _shut_down(status: int | signal.Signals) -> None:
         except (OSError, ValueError):  # a closed or broken pipe: Python ignores it too
             pass
     if isinstance(status, signal.Signals):
-        signal.signal(status, signal.SIG_DFL)
-        os.kill(os.getpid(), status)
+        _die_by(status)
     os._exit(status & 0xFF)
+
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
