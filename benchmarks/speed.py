@@ -33,6 +33,9 @@ the difference in steps, so start-up costs cancel. Cases:
 
 Every registered agent is a case; the table prints each one's step time as a ratio to
 Lightning DQN's in the same run.
+The actor-critics (continuous actions) run on the risky navigation world with its preset's
+settings (``experiment=risky_navigation``), so their steps are not compared with DQN's;
+``stacked8_tqc`` gives their members' throughput against sequential runs.
 
 Targets (issues 3, 4, 6, 7 and 18): Lightning DQN <= 1.3x plain DQN; the command line's DQN
 <= 1.5x the lean loop; RS-UMDQN-C <= 6x Lightning DQN; C51, QR-DQN and IQN <= 3x Lightning
@@ -70,13 +73,17 @@ TARGETS = {
 # (issue 31 restates issue 18's 4x as 3.5x: RESULTS.md says why the 4x and the 1.3x of the
 # single seed do not fit together here; RS-UMDQN-C has no target, its stacked update is
 # memory-bound on a CPU).
-STACKED_TARGETS = {"dqn": 3.5, "rs_umdqn_c": None}
+STACKED_TARGETS = {"dqn": 3.5, "rs_umdqn_c": None, "tqc": None}
+# The actor-critics (continuous actions) run on the risky navigation world with its preset's
+# settings (TQC: 2 critics of 25 quantiles, 64 x 64, batch 128); their steps have no target.
+CONTINUOUS_WORLD = ["experiment=risky_navigation"]
 
 
 def _compose(agent: str, steps: int, threads: int, compiled: bool = False, members: int = 1):
     from hydra import compose, initialize_config_dir
 
     overrides = [
+        *(CONTINUOUS_WORLD if _continuous(agent) else []),
         f"agent={agent}",
         "logger=none",
         "callbacks.progress_bar=false",
@@ -94,9 +101,10 @@ def _compose(agent: str, steps: int, threads: int, compiled: bool = False, membe
 
 
 def time_lightning(agent: str, steps: int, threads: int, compiled: bool = False,
-                   members: int = 1) -> float:
+                   members: int = 1) -> dict:
     """Seconds spent in trainer.fit for ``steps`` updates (after warm-up) of the engine with
-    ``members`` seeds (``parallel_seeds``: one step = one step of every member)."""
+    ``members`` seeds (``parallel_seeds``: one step = one step of every member), and in its
+    updates after update ``SHORT``."""
     import pytorch_lightning as pl
     import torch
 
@@ -111,17 +119,40 @@ def time_lightning(agent: str, steps: int, threads: int, compiled: bool = False,
     return _fit_seconds(module, datamodule, steps)
 
 
-def _fit_seconds(module, datamodule, steps: int) -> float:
+def _fit_seconds(module, datamodule, steps: int) -> dict:
+    """Seconds of ``trainer.fit``, and of its updates after update ``SHORT`` (``steady``)."""
     import pytorch_lightning as pl
 
+    clock = _update_clock(SHORT)
     trainer = pl.Trainer(
         max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        num_sanity_val_steps=0, limit_val_batches=0,
+        num_sanity_val_steps=0, limit_val_batches=0, callbacks=[clock],
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
-    return time.perf_counter() - start
+    return {"seconds": time.perf_counter() - start, "steady": clock.steady()}
+
+
+def _update_clock(mark: int):
+    """A callback reading the clock at the end of update ``mark`` and of every later one
+    (one ``perf_counter`` call an update; the plain loops read it as often)."""
+    import pytorch_lightning as pl
+
+    class UpdateClock(pl.Callback):
+        def __init__(self) -> None:
+            self.at_mark = self.last = None
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            now = time.perf_counter()
+            if trainer.global_step == mark:
+                self.at_mark = now
+            self.last = now
+
+        def steady(self) -> float | None:
+            return None if self.at_mark is None else self.last - self.at_mark
+
+    return UpdateClock()
 
 
 def _act(q, obs, rng) -> int:
@@ -134,7 +165,7 @@ def _act(q, obs, rng) -> int:
         return int(q(torch.as_tensor(obs).unsqueeze(0)).argmax(-1)[0])
 
 
-def time_cli_dqn(steps: int, threads: int) -> float:
+def time_cli_dqn(steps: int, threads: int) -> dict:
     """Wall seconds of the command a user types, ``python train.py agent=dqn`` (W&B offline,
     checkpoints, the final evaluation), with ``trainer.max_steps=steps``: the slope between
     two budgets is what one more update costs from the command line."""
@@ -146,10 +177,10 @@ def time_cli_dqn(steps: int, threads: int) -> float:
                    "callbacks.progress_bar=false", f"hydra.run.dir={folder}/run"]
         start = time.perf_counter()
         subprocess.run(command, check=True, cwd=folder, capture_output=True)
-        return time.perf_counter() - start
+        return {"seconds": time.perf_counter() - start}
 
 
-def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> float:
+def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
     """The same DQN training without the framework (same environment, network, loss,
     clipping and fused Adam): ``lean`` as lean as it gets, the bare environment class without
     gymnasium's wrappers and a NumPy ring buffer; else ``gym.make`` and torch buffers."""
@@ -196,7 +227,7 @@ def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> float:
     act_buf, rew_buf, done_buf = zeros(capacity, integer=True), zeros(capacity), zeros(capacity)
     obs, _ = env.reset(seed=0)
     size = 0
-    start = time.perf_counter()
+    start = last = at_mark = time.perf_counter()
     for step in range(1, steps + 33):
         action = _act(q, obs, rng)
         next_obs, reward, terminated, truncated, _ = env.step(action)
@@ -219,7 +250,11 @@ def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> float:
         optimizer.step()
         if (step - 32) % 1000 == 0:
             target.load_state_dict(q.state_dict())
-    return time.perf_counter() - start
+        last = time.perf_counter()
+        if step - 32 == SHORT:
+            at_mark = last
+    return {"seconds": time.perf_counter() - start,
+            "steady": last - at_mark if steps > SHORT else None}
 
 
 def matmul_peak(threads: int, size: int = 1024, repeats: int = 20) -> float:
@@ -288,20 +323,20 @@ def worker(case: str, steps: int, threads: int) -> None:
         print(json.dumps(result))
         return
     if case == "plain_dqn":
-        seconds = time_hand_written_dqn(steps, threads, lean=False)
+        result = time_hand_written_dqn(steps, threads, lean=False)
     elif case == "lean_dqn":
-        seconds = time_hand_written_dqn(steps, threads, lean=True)
+        result = time_hand_written_dqn(steps, threads, lean=True)
     elif case == "cli_dqn":
-        seconds = time_cli_dqn(steps, threads)
+        result = time_cli_dqn(steps, threads)
     elif case.startswith("compiled_"):
-        seconds = time_lightning(case.removeprefix("compiled_"), steps, threads, compiled=True)
+        result = time_lightning(case.removeprefix("compiled_"), steps, threads, compiled=True)
     elif case.startswith(f"stacked{MEMBERS}_"):
-        seconds = time_lightning(case.removeprefix(f"stacked{MEMBERS}_"), steps, threads,
-                                 members=MEMBERS)
+        result = time_lightning(case.removeprefix(f"stacked{MEMBERS}_"), steps, threads,
+                                members=MEMBERS)
     else:
-        seconds = time_lightning(case.removeprefix("lightning_"), steps, threads)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
+        result = time_lightning(case.removeprefix("lightning_"), steps, threads)
+    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
 
 
 BASELINE = "@base"  # a case name ending so runs the case on the --baseline source tree
@@ -328,7 +363,7 @@ def measure(case: str, steps: int, threads: int, copies: int = 1,
         if process.returncode:
             raise subprocess.CalledProcessError(process.returncode, command, out, err)
         results.append(json.loads(out.strip().splitlines()[-1]))
-    return max(results, key=lambda r: r["seconds"])
+    return max(results, key=lambda r: r["seconds"] if r.get("steady") is None else r["steady"])
 
 
 def measure_case(case: str, steps: int, threads: int, baseline: Path | None = None) -> dict:
@@ -339,17 +374,28 @@ def measure_case(case: str, steps: int, threads: int, baseline: Path | None = No
     return measure(case, steps, threads, baseline=baseline)
 
 
+def _continuous(agent: str) -> bool:
+    """Whether ``agent`` acts on continuous actions (then it runs on CONTINUOUS_WORLD)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from rs_lightning.agents import AGENTS
+
+    return AGENTS[agent][0].continuous_actions
+
+
 def available_cases() -> list[str]:
     sys.path.insert(0, str(ROOT / "src"))
     from rs_lightning.agents import AGENTS
 
     stacked = [f"stacked{MEMBERS}_{name}" for name in STACKED_TARGETS]
-    if (os.cpu_count() or 1) >= 2:
-        stacked += [f"stacked{MEMBERS}_{name}_2threads" for name in STACKED_TARGETS]
-        stacked += [f"side_by_side_{name}" for name in STACKED_TARGETS]
-    # The discrete agents on the grid world; the actor-critics act on continuous actions only.
+    if (os.cpu_count() or 1) >= 2:  # both cores, the discrete agents
+        stacked += [f"stacked{MEMBERS}_{name}_2threads" for name in STACKED_TARGETS
+                    if not _continuous(name)]
+        stacked += [f"side_by_side_{name}" for name in STACKED_TARGETS if not _continuous(name)]
+    # The discrete agents on the grid world, the actor-critics on CONTINUOUS_WORLD.
     discrete = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+    continuous = sorted(set(AGENTS) - set(discrete))
     return (["plain_dqn", "lean_dqn", "cli_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
+            + [f"lightning_{name}" for name in continuous]
             + ["compiled_dqn"] + stacked + ["flops"])
 
 
@@ -383,9 +429,12 @@ def main() -> None:
     for round_ in range(args.repeats):
         for case in cases:
             low, high = CLI_STEPS if case == "cli_dqn" else (SHORT, LONG)
-            short = measure_case(case, low, args.threads, args.baseline)
             long = measure_case(case, high, args.threads, args.baseline)
-            samples[case].append((long["seconds"] - short["seconds"]) / (high - low))
+            if long.get("steady") is not None:
+                samples[case].append(long["steady"] / (high - low))
+            else:  # the command line, or a baseline tree that predates the in-run clock
+                short = measure_case(case, low, args.threads, args.baseline)
+                samples[case].append((long["seconds"] - short["seconds"]) / (high - low))
             peak[case] = max(peak.get(case, 0.0), long["peak_mb"])
             print(f"  round {round_ + 1}: {case:<24} {samples[case][-1] * 1e3:8.3f} ms/step",
                   file=sys.stderr)
@@ -436,7 +485,8 @@ def main() -> None:
             lines.append(f"| {case} / {single} (hardware.compile=true) | "
                          f"{show(per_round(case, single))} | |")
     for case in cases:
-        if case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step:
+        if (case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step
+                and not _continuous(case.removeprefix("lightning_"))):  # another world
             pair = (case, "lightning_dqn")
             if pair not in TARGETS:
                 lines.append(f"| {case} / lightning_dqn | {show(per_round(case, 'lightning_dqn'))} | |")

@@ -146,10 +146,9 @@ class ActorCritic(Agent):
     make the target law and the law the actor maximises U of."""
 
     config: ActorCriticConfig
-    # The loss samples the actor's actions from the global generator (as IQN samples its
-    # fractions), so K members run one after the other, each drawing in turn: stacked, they
-    # would draw other numbers than a run of each seed alone.
-    supports_members = False
+    # The loss's actions are drawn from a generator of the agent's own (one per member when
+    # stacked, part of its state), so stacked members draw what each seed's run alone draws.
+    supports_members = True
     continuous_actions = True
 
     def __init__(self, config: ActorCriticConfig, problem: Problem) -> None:
@@ -169,6 +168,10 @@ class ActorCritic(Agent):
         self.register_buffer("fractions", midpoint_fractions(config.n_quantiles),
                              persistent=False)
         self.kappa = huber_threshold(config.kappa, problem)
+        # Seeded from the global generator after the weights, so that they are those drawn
+        # after seeding it (build_members seeds it with the member's seed).
+        seed = int(torch.randint(2**62, (), dtype=torch.int64, device="cpu"))
+        self.noise_generators = [torch.Generator().manual_seed(seed)]
 
     # ------------------------------------------------------------------ the laws
     @abstractmethod
@@ -210,7 +213,27 @@ class ActorCritic(Agent):
         return self.policy(obs, noise)[0]
 
     def _noise(self, obs: Tensor) -> Tensor:
-        return torch.randn(*obs.shape[:-1], self.problem.action_dim, device=obs.device)
+        """Standard normal noise ``[..., B, d]`` for the states ``obs[..., B, D]``: member k's
+        rows from member k's generator (drawn on the CPU, so that every device draws the
+        same numbers)."""
+        shape = (obs.shape[-2], self.problem.action_dim)
+        draws = [torch.randn(shape, generator=g) for g in self.noise_generators]
+        noise = draws[0] if self.members is None else torch.stack(draws)
+        return noise.to(obs.device)
+
+    def get_extra_state(self) -> Tensor:
+        """The noise generators' states: ``[S]``, or ``[K, S]`` for K stacked members (a
+        tensor, so that member k's is a slice, as its parameters are)."""
+        states = [g.get_state() for g in self.noise_generators]
+        return states[0] if self.members is None else torch.stack(states)
+
+    def set_extra_state(self, state: Tensor) -> None:
+        rows = [state] if state.dim() == 1 else list(state)
+        self.noise_generators = [torch.Generator() for _ in rows]
+        for generator, row in zip(self.noise_generators, rows):
+            # A copy of its own: torch 2.13's set_state crashes the process on a row of a
+            # larger tensor (a view with a storage offset).
+            generator.set_state(row.cpu().clone())
 
     # ---------------------------------------------------------------- the loss
     def loss(self, batch: Transitions, target: Agent, choose_action: ChooseAction

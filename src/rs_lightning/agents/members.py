@@ -32,7 +32,8 @@ from rs_lightning.types import Problem, Transitions
 def stack_members(agents: list[Agent]) -> Agent:
     """One agent holding ``agents`` (same class and config) as K stacked members.
 
-    Every parameter becomes ``[K, *shape]``; buffers (fixed grids) are shared.
+    Every parameter becomes ``[K, *shape]``; buffers (fixed grids) are shared; an agent's
+    extra state (a tensor: an actor-critic's noise generator) becomes ``[K, *shape]`` too.
     """
     first = agents[0]
     if not first.supports_members:
@@ -45,15 +46,24 @@ def stack_members(agents: list[Agent]) -> Agent:
         value = torch.stack([parameters[name].detach() for parameters in members])
         setattr(module, attribute, nn.Parameter(value))
     stacked.members = len(agents)
+    if _has_extra_state(first):
+        stacked.set_extra_state(torch.stack([agent.get_extra_state() for agent in agents]))
     return stacked
+
+
+def _has_extra_state(agent: Agent) -> bool:
+    return type(agent).get_extra_state is not nn.Module.get_extra_state
 
 
 def member_state(stacked: Agent, k: int) -> dict[str, Tensor]:
     """Member ``k`` of a stacked agent as the state dict of an ordinary agent."""
-    stacked_names = {name for name, _ in stacked.named_parameters()}  # buffers are shared
+    state = stacked.state_dict()
+    # Parameters and the extra state are per member; buffers are shared.
+    stacked_names = {name for name, _ in stacked.named_parameters()}
+    stacked_names |= {name for name in state if name.endswith("_extra_state")}
     return {
         name: (value[k] if name in stacked_names else value).clone()
-        for name, value in stacked.state_dict().items()
+        for name, value in state.items()
     }
 
 
