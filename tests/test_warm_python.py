@@ -72,7 +72,8 @@ def alive(pid: int) -> bool:
 
 
 SLEEPER = '''
-import os, pathlib, sys, time
+import os, pathlib, signal, sys, time
+print("SIGINT:", signal.getsignal(signal.SIGINT), file=sys.stderr, flush=True)
 pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
 time.sleep(300)
 '''
@@ -86,16 +87,26 @@ def test_a_signal_to_the_command_reaches_the_script(tmp_path, number, real):
     makes the server kill the script."""
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     pid_file = tmp_path / "pid"
-    process = subprocess.Popen([*command(real=real), str(tmp_path / "sleeper.py"), str(pid_file)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    # A child inherits an ignored SIGINT, and Python then leaves it ignored: start the command
+    # as from a terminal, with SIGINT caught here (a caught signal is reset on exec).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [*command(real=real), str(tmp_path / "sleeper.py"), str(pid_file)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:  # (None: a handler not set from Python, which no test sets)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     wait_for(pid_file, process)
     while not pid_file.read_text():
         time.sleep(0.01)
     script_pid = int(pid_file.read_text())
     assert (script_pid == process.pid) == real
     process.send_signal(number)
-    process.wait(timeout=60)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"the command outlived the signal by 60 s; its stderr: {process.communicate()[1]}")
     assert process.returncode == -number, process.stderr.read()
     deadline = time.monotonic() + 10
     while alive(script_pid):
