@@ -16,47 +16,11 @@ It writes docs/figures/cartpole_<agent>.png for every agent folder it finds.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import numpy as np
+from learning_curves import draw, seed_curves
 
 SOLVED = 475.0  # CartPole-v1's threshold of a solved task
-
-
-def seed_curves(run: Path) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(environment steps, mean return) of each seed of a run folder."""
-    folders = sorted(run.glob("seed_*")) or [run]
-    curves = []
-    for folder in folders:
-        rows = [json.loads(line) for line in (folder / "eval_history.jsonl").read_text().splitlines()]
-        curves.append((np.array([r["env_steps"] for r in rows]),
-                       np.array([r["expectation"] for r in rows])))
-    return curves
-
-
-def draw(agent: str, curves: list[tuple[np.ndarray, np.ndarray]], out: Path) -> None:
-    steps = curves[0][0]
-    length = min(len(c[1]) for c in curves)
-    returns = np.stack([c[1][:length] for c in curves])
-    steps = steps[:length]
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    ax.fill_between(steps, returns.min(0), returns.max(0), alpha=0.25,
-                    label=f"range of {len(curves)} seeds")
-    ax.plot(steps, returns.mean(0), label="mean")
-    ax.axhline(SOLVED, color="grey", linestyle="--", linewidth=1, label="475 (solved)")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("greedy policy's mean return")
-    ax.set_ylim(0, 520)
-    ax.set_title(f"{agent} on CartPole-v1 (experiment=cartpole_fast_{agent})", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
 
 
 def main() -> None:
@@ -66,7 +30,8 @@ def main() -> None:
     args = parser.parse_args()
     for run in sorted(p for p in args.runs.iterdir() if p.is_dir()):
         out = args.out / f"cartpole_{run.name}.png"
-        draw(run.name, seed_curves(run), out)
+        draw(seed_curves(run), out, f"{run.name} on CartPole-v1 (experiment=cartpole_fast_{run.name})",
+             SOLVED, "475 (solved)", (0, 520))
         print(f"-> {out}")
 
 
