@@ -18,22 +18,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from learning_curves import draw, seed_curves
+from learning_curves import draw_runs
 
 SOLVED = 475.0  # CartPole-v1's threshold of a solved task
 
-
-def main() -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="the folder holding one run folder per agent")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "figures")
     args = parser.parse_args()
-    for run in sorted(p for p in args.runs.iterdir() if p.is_dir()):
-        out = args.out / f"cartpole_{run.name}.png"
-        draw(seed_curves(run), out, f"{run.name} on CartPole-v1 (experiment=cartpole_fast_{run.name})",
-             SOLVED, "475 (solved)", (0, 520))
-        print(f"-> {out}")
-
-
-if __name__ == "__main__":
-    main()
+    draw_runs(args.runs, args.out, "cartpole",
+              lambda agent: f"{agent} on CartPole-v1 (experiment=cartpole_fast_{agent})",
+              SOLVED, "475 (solved)", (0, 520))

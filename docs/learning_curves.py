@@ -56,6 +56,16 @@ def draw(curves: list[tuple[np.ndarray, np.ndarray]], out: Path, title: str,
     plt.close(fig)
 
 
+def draw_runs(runs: Path, out: Path, name: str, title, threshold: float, threshold_label: str,
+              ylim: tuple[float, float]) -> None:
+    """One figure, ``<out>/<name>_<folder>.png``, for every run folder in ``runs``;
+    ``title(folder name)`` is its title."""
+    for run in sorted(p for p in runs.iterdir() if p.is_dir()):
+        figure = out / f"{name}_{run.name}.png"
+        draw(seed_curves(run), figure, title(run.name), threshold, threshold_label, ylim)
+        print(f"-> {figure}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="the folder holding one run folder per agent")
@@ -66,11 +76,8 @@ def main() -> None:
     parser.add_argument("--name", required=True, help="the figures' file name prefix")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "figures")
     args = parser.parse_args()
-    for run in sorted(p for p in args.runs.iterdir() if p.is_dir()):
-        out = args.out / f"{args.name}_{run.name}.png"
-        draw(seed_curves(run), out, f"{run.name} on {args.env} ({args.preset})",
-             args.threshold, f"{args.threshold:g}", tuple(args.ylim))
-        print(f"-> {out}")
+    draw_runs(args.runs, args.out, args.name, lambda agent: f"{agent} on {args.env} ({args.preset})",
+              args.threshold, f"{args.threshold:g}", tuple(args.ylim))
 
 
 if __name__ == "__main__":
