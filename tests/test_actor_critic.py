@@ -228,6 +228,28 @@ def test_the_agent_shows_the_law_of_its_mean_action_as_one_action():
     torch.testing.assert_close(agent.sample_action(obs, noise), action)  # noise 0: the mean
 
 
+def test_the_loss_noise_is_the_agents_own_and_an_older_checkpoint_without_it_loads():
+    """The loss's draws come from the agent's generator, not torch's global one; its state
+    travels in the state dict, and a state dict without it (written before the agents kept
+    it) still loads, the weights with it and the generator left as it was."""
+    torch.manual_seed(0)
+    agent, twin = tqc(), tqc()
+    twin.load_state_dict(agent.state_dict())
+    obs = torch.randn(6, 1)
+    torch.manual_seed(1)
+    first = agent._noise(obs)
+    torch.manual_seed(2)  # another global state: the same draw
+    torch.testing.assert_close(twin._noise(obs), first)
+    older = {key: value for key, value in agent.state_dict().items()
+             if not key.endswith("_extra_state")}
+    fresh = tqc()
+    state = fresh.get_extra_state().clone()
+    fresh.load_state_dict(older)  # strict
+    assert torch.equal(fresh.get_extra_state(), state)
+    for key, value in older.items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+
+
 # ------------------------------------------------------------------ runs end to end
 def quick(compose, *overrides):
     return compose(["debug=quick", "logger=none", "callbacks.progress_bar=false",

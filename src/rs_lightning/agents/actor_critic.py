@@ -227,6 +227,12 @@ class ActorCritic(Agent):
         states = [g.get_state() for g in self.noise_generators]
         return states[0] if self.members is None else torch.stack(states)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # A checkpoint written before the agents kept their noise generator has none: the
+        # weights load, and the loss's draws go on from this agent's own generator.
+        state_dict.setdefault(f"{prefix}_extra_state", self.get_extra_state())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def set_extra_state(self, state: Tensor) -> None:
         rows = [state] if state.dim() == 1 else list(state)
         self.noise_generators = [torch.Generator() for _ in rows]
