@@ -392,7 +392,7 @@ def available_cases() -> list[str]:
                     if not _continuous(name)]
         stacked += [f"side_by_side_{name}" for name in STACKED_TARGETS if not _continuous(name)]
     # The discrete agents on the grid world, the actor-critics on CONTINUOUS_WORLD.
-    discrete = sorted(n for n, (cls, _) in AGENTS.items() if not cls.continuous_actions)
+    discrete = sorted(name for name in AGENTS if not _continuous(name))
     continuous = sorted(set(AGENTS) - set(discrete))
     return (["plain_dqn", "lean_dqn", "cli_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
             + [f"lightning_{name}" for name in continuous]

@@ -10,7 +10,7 @@ import torch
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.base import Problem, linear
 from rs_lightning.agents.members import member_state, stack_members
-from rs_lightning.analysis.results import collect
+from rs_lightning.analysis.results import collect, flatten
 from rs_lightning.app.train import run
 
 PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
@@ -116,12 +116,15 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
         summary = json.loads((member / "eval.json").read_text())
         if continuous:  # the actions' rounding moves the mass's positions and the returns
             # by a hair (a return on a bin's edge may change bins: histograms left out)
-            ours, theirs = (leaves({key: value for key, value in tree.items()
-                                    if key != "return_histogram"}) for tree in (summary, single))
-            assert [type(v) for v in ours] == [type(v) for v in theirs]
-            assert [v for v in ours if isinstance(v, str)] == [v for v in theirs if isinstance(v, str)]
-            assert [v for v in ours if not isinstance(v, str)] == pytest.approx(
-                [v for v in theirs if not isinstance(v, str)], rel=1e-6, abs=1e-6)
+            ours, theirs = ({key: value for key, value in flatten(tree).items()
+                             if not key.startswith("return_histogram.")}
+                            for tree in (summary, single))
+            assert ours.keys() == theirs.keys()
+            for key, value in ours.items():
+                expected = theirs[key]
+                if not isinstance(expected, str):
+                    expected = pytest.approx(expected, rel=1e-6, abs=1e-6)
+                assert value == expected, key
         else:  # a discrete greedy policy is the same policy
             assert summary == single
             assert (member / "policy.json").read_text() == (tmp_path / f"single{seed}" / "policy.json").read_text()
@@ -138,15 +141,6 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
         assert (member / "csv" / "metrics.csv").is_file()
     # The results table counts the seeds of the stacked run as runs.
     assert sorted(row["seed"] for row in collect(tmp_path)) == [3, 3, 4, 4]
-
-
-def leaves(tree) -> list:
-    """The leaves of a JSON tree, in order."""
-    if isinstance(tree, dict):
-        return [leaf for key in sorted(tree) for leaf in leaves(tree[key])]
-    if isinstance(tree, list):
-        return [leaf for item in tree for leaf in leaves(item)]
-    return [tree]
 
 
 def test_seeds_on_a_gymnasium_preset_match_their_sequential_runs(compose, tmp_path):
