@@ -67,24 +67,82 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-THRESHOLD = 475.0
-EPISODES = 20
 OUR_AGENTS = ("dqn", "c51", "qr_dqn", "iqn", "rs_umdqn_c")
 OUR_DISTRIBUTIONAL = ("c51", "qr_dqn", "iqn", "rs_umdqn_c")
-PEERS = ("tianshou_c51", "tianshou_iqn", "sb3_qrdqn")
-REFERENCE_PEER = "tianshou_c51"
-# Issue 19: our medians over Tianshou C51's, at most this (the best distributional agent: 1).
-TARGETS = {"best distributional": 1.0, "c51": 1.5, "qr_dqn": 1.5, "iqn": 1.5, "rs_umdqn_c": 3.0}
+PEERS = ("tianshou_c51", "tianshou_iqn", "sb3_qrdqn", "sb3_sac", "sb3_tqc")
 INSTALL = ("benchmarks/peers.py needs the optional extra 'bench' (Tianshou 2.0.1, "
            "Stable-Baselines3 and sb3-contrib 2.x): pip install -e '.[bench]'")
 PEER_MODULES = {"tianshou_c51": ("tianshou",), "tianshou_iqn": ("tianshou",),
-                "sb3_qrdqn": ("stable_baselines3", "sb3_contrib")}
+                "sb3_qrdqn": ("stable_baselines3", "sb3_contrib"),
+                "sb3_sac": ("stable_baselines3",),
+                "sb3_tqc": ("stable_baselines3", "sb3_contrib")}
 RESULT_MARK = "PEERS_RESULT "
+
+
+SCORES = {"time": "training seconds to a greedy mean return at the threshold",
+          "budget": "gradient updates per second and the greedy return after the budget"}
+
+
+@dataclass(frozen=True)
+class World:
+    """A benchmark world: its environment, the common evaluation and caps, whose agents run
+    on it, and the targets against the reference peer (``reference_peer``, or the peer with
+    the smallest median). ``score`` "time": a run's training seconds to the threshold, our
+    median at most ``targets[name]`` times the peer's; "budget": a run trains for exactly
+    ``max_env_steps`` transitions, its score the gradient updates per second between its last
+    two evaluations, our median at least ``targets[name]`` times the peer's."""
+
+    env_id: str
+    threshold: float
+    episodes: int
+    eval_every: int
+    max_env_steps: int
+    max_seconds: float
+    agents: tuple[str, ...]
+    distributional: tuple[str, ...]
+    peers: tuple[str, ...]
+    reference_peer: str | None
+    targets: dict[str, float]
+    preset: tuple[str, ...]  # our agent's overrides, "{agent}" filled in
+    score: str = "time"
+    warmup_steps: int = 0  # "budget": uniform random transitions before the first update
+
+
+WORLDS = {
+    # Issue 19: against Tianshou's C51, the best distributional agent at most 1x, each 1.5x,
+    # RS-UMDQN-C 3x.
+    "cartpole": World(
+        env_id="CartPole-v1", threshold=475.0, episodes=20, eval_every=2000,
+        max_env_steps=100_000, max_seconds=600.0, agents=OUR_AGENTS,
+        distributional=OUR_DISTRIBUTIONAL, peers=("tianshou_c51", "tianshou_iqn", "sb3_qrdqn"),
+        reference_peer="tianshou_c51",
+        targets={"best distributional": 1.0, "c51": 1.5, "qr_dqn": 1.5, "iqn": 1.5,
+                 "rs_umdqn_c": 3.0},
+        preset=("experiment=cartpole_fast_{agent}",)),
+    # Issue 33: our median at most 1x the best peer's. The cap on steps is the RL Zoo's
+    # budget for both peers on Pendulum-v1.
+    "pendulum": World(
+        env_id="Pendulum-v1", threshold=-200.0, episodes=10, eval_every=500,
+        max_env_steps=20_000, max_seconds=900.0, agents=("tqc", "dsac"),
+        distributional=("tqc", "dsac"), peers=("sb3_sac", "sb3_tqc"), reference_peer=None,
+        targets={"best distributional": 1.0},
+        preset=("experiment=pendulum", "agent={agent}")),
+    # Issue 33: updates per second at least 1x SB3 TQC's at equal network sizes (256 x 256,
+    # 2 critics of 25 quantiles, batch 256), and the return after 20,000 transitions.
+    "half_cheetah": World(
+        env_id="HalfCheetah-v5", threshold=math.inf, episodes=10, eval_every=5_000,
+        max_env_steps=20_000, max_seconds=3600.0, agents=("tqc", "dsac"),
+        distributional=("tqc", "dsac"), peers=("sb3_tqc", "sb3_sac"), reference_peer="sb3_tqc",
+        targets={"tqc": 1.0}, preset=("experiment=half_cheetah", "agent={agent}"),
+        score="budget", warmup_steps=10_000),
+}
+CARTPOLE = WORLDS["cartpole"]
 
 # Tianshou 2.0.1, test/discrete/test_c51.py and test_iqn.py (defaults of their arguments).
 TIANSHOU = {
@@ -106,6 +164,14 @@ SB3_QRDQN = dict(n_timesteps=50000, learning_rate=2.3e-3, batch_size=64, buffer_
                  learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
                  gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
                  net_arch=[256, 256], n_quantiles=10)
+# RL Baselines3 Zoo, hyperparams/sac.yml and tqc.yml: on Pendulum-v1 a learning rate of 1e-3,
+# the libraries' defaults for the rest (batch 256, 100 warm-up steps, Polyak 0.005 every
+# update, 256 x 256 networks, the entropy temperature tuned; TQC 2 critics of 25 quantiles,
+# 2 dropped per critic); on MuJoCo (the zoo's HalfCheetah entry) 10,000 warm-up steps and the
+# defaults (learning rate 3e-4).
+SB3_ZOO = {"pendulum": {"sb3_sac": {"learning_rate": 1e-3}, "sb3_tqc": {"learning_rate": 1e-3}},
+           "half_cheetah": {"sb3_sac": {"learning_starts": 10_000},
+                            "sb3_tqc": {"learning_starts": 10_000}}}
 
 
 # ----------------------------------------------------------------------- pure functions
@@ -174,10 +240,22 @@ def ratio(ours: float, peer: float) -> float | None:
     return math.inf if math.isinf(ours) else ours / peer
 
 
-def best_distributional(medians: dict[str, float]) -> str | None:
+def best_distributional(medians: dict[str, float], world: World = CARTPOLE) -> str | None:
     """Our distributional agent with the smallest median (None if none ran)."""
-    ran = [a for a in OUR_DISTRIBUTIONAL if f"ours_{a}" in medians and not math.isnan(medians[f"ours_{a}"])]
+    ran = [a for a in world.distributional
+           if f"ours_{a}" in medians and not math.isnan(medians[f"ours_{a}"])]
     return min(ran, key=lambda a: medians[f"ours_{a}"]) if ran else None
+
+
+def reference_peer(medians: dict[str, float], lower_bounds: dict[str, float],
+                   world: World = CARTPOLE) -> str | None:
+    """The peer the targets are against: the world's, or the peer with the smallest median
+    (a median not reached counting at its lower bound, so a peer that never reached is not
+    preferred to one that did). None if it did not run."""
+    if world.reference_peer is not None:
+        return world.reference_peer if world.reference_peer in medians else None
+    ran = [p for p in world.peers if p in medians and not math.isnan(medians[p])]
+    return min(ran, key=lambda p: (medians[p], lower_bounds.get(p, 0.0))) if ran else None
 
 
 def cell(run: dict[str, Any]) -> str:
@@ -209,10 +287,10 @@ def median_lower_bound(runs: Iterable[dict[str, Any]]) -> float:
                           else r.get("seconds_trained") or 0.0 for r in runs)
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], world: World = CARTPOLE) -> dict[str, Any]:
     """Medians per entry (``ours_<agent>`` or a peer), our ratios to each peer, and the
-    issue's targets against Tianshou C51. Where a peer's median is not reached, the ratio is
-    an upper bound (``bounds``): ours over a lower bound on the peer's median."""
+    world's targets against its reference peer. Where a peer's median is not reached, the
+    ratio is an upper bound (``bounds``): ours over a lower bound on the peer's median."""
     entries = list(dict.fromkeys(run["entry"] for run in runs))
     medians = {e: median_seconds(r["train_seconds"] if not r.get("error") else None
                                  for r in runs if r["entry"] == e) for e in entries}
@@ -229,21 +307,23 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
     ratios = {o: {p: against(o, p)[0] for p in peers} for o in ours}
     bounds = {o: {p: against(o, p)[1] for p in peers} for o in ours}
+    reference = reference_peer(medians, lower_bounds, world)
     targets = []
-    if REFERENCE_PEER in medians:
-        best = best_distributional(medians)
-        if best is not None:
+    if reference is not None:
+        best = best_distributional(medians, world)
+        if best is not None and "best distributional" in world.targets:
             targets.append(("best distributional", f"ours_{best}"))
-        targets += [(a, f"ours_{a}") for a in OUR_DISTRIBUTIONAL if f"ours_{a}" in medians]
+        targets += [(a, f"ours_{a}") for a in world.targets if f"ours_{a}" in medians]
     seeds = {e: sorted(r["seed"] for r in runs if r["entry"] == e) for e in entries}
     checks = []
     for name, entry in targets:
-        value, bound = against(entry, REFERENCE_PEER)
+        value, bound = against(entry, reference)
         # Medians over different seeds (an interrupted benchmark) decide nothing.
-        same_seeds = seeds[entry] == seeds[REFERENCE_PEER]
-        checks.append({"target": name, "entry": entry, "ratio": value, "upper_bound": bound,
-                       "at_most": TARGETS[name], "same_seeds": same_seeds,
-                       "met": same_seeds and value is not None and value <= TARGETS[name]})
+        same_seeds = seeds[entry] == seeds[reference]
+        at_most = world.targets[name]
+        checks.append({"target": name, "entry": entry, "peer": reference, "ratio": value,
+                       "upper_bound": bound, "at_most": at_most, "same_seeds": same_seeds,
+                       "met": same_seeds and value is not None and value <= at_most})
     all_seeds = {e: all(r["reached"] and not r.get("error") for r in runs if r["entry"] == e)
                  for e in ours}
     return {"medians": medians, "median_lower_bounds": lower_bounds, "ratios": ratios,
@@ -280,7 +360,8 @@ def markdown(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                 ("< " if at_most[p] and row[p] is not None else "") + format_ratio(row[p])
                 for p in peers) + " |")
     if summary["targets"]:
-        lines += ["", f"| target (against {REFERENCE_PEER}) | ours | ratio | at most | |",
+        peer = summary["targets"][0]["peer"]
+        lines += ["", f"| target (against {peer}) | ours | ratio | at most | |",
                   "|---|---|---|---|---|"]
         for check in summary["targets"]:
             value = ("< " if check["upper_bound"] and check["ratio"] is not None else "") + \
@@ -296,6 +377,123 @@ def markdown(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def budget_score(evaluations: Iterable[dict[str, Any]], max_env_steps: int) -> dict[str, Any]:
+    """A "budget" run's score from its evaluations: gradient updates per training second
+    between its last two (one update per transition after the warm-up, in every library, so
+    the transitions between them are its updates), the mean return of the last, and whether
+    the last is at the budget (a run stopped by the time cap is not)."""
+    records = sorted(evaluations, key=lambda r: r["env_steps"])
+    if not records:
+        return {"complete": False, "updates_per_second": None, "final_return": None}
+    last = records[-1]
+    rate = None
+    if len(records) > 1 and last["train_seconds"] > records[-2]["train_seconds"]:
+        rate = ((last["env_steps"] - records[-2]["env_steps"])
+                / (last["train_seconds"] - records[-2]["train_seconds"]))
+    return {"complete": last["env_steps"] >= max_env_steps, "updates_per_second": rate,
+            "final_return": last["expectation"], "env_steps": last["env_steps"]}
+
+
+def summarize_budget(runs: list[dict[str, Any]], world: World,
+                     max_env_steps: int) -> dict[str, Any]:
+    """Per entry, the median of its runs' updates per second and the mean of their final
+    returns (complete runs only: a failed run or one stopped by the time cap has neither);
+    our rate over each peer's, and the world's targets (at least ``at_least``)."""
+    entries = list(dict.fromkeys(run["entry"] for run in runs))
+    scores = {(r["entry"], r["seed"]): budget_score(r.get("evaluations", []), max_env_steps)
+              for r in runs if not r.get("error")}
+    done = {e: [scores[(e, r["seed"])] for r in runs if r["entry"] == e
+                and (e, r["seed"]) in scores and scores[(e, r["seed"])]["complete"]]
+            for e in entries}
+    rates = {e: median_seconds(d["updates_per_second"] for d in done[e]) if done[e] else math.nan
+             for e in entries}
+    returns = {e: sum(d["final_return"] for d in done[e]) / len(done[e]) if done[e] else math.nan
+               for e in entries}
+    ours = [e for e in entries if e.startswith("ours_")]
+    peers = [e for e in entries if not e.startswith("ours_")]
+    ratios = {o: {p: (rates[o] / rates[p] if rates[p] and math.isfinite(rates[p])
+                      and math.isfinite(rates[o]) else None) for p in peers} for o in ours}
+    seeds = {e: sorted(r["seed"] for r in runs if r["entry"] == e) for e in entries}
+    complete = {e: len(done[e]) == len(seeds[e]) for e in entries}
+    checks = []
+    peer = world.reference_peer
+    for name, at_least in world.targets.items():
+        entry = f"ours_{name}"
+        if entry not in rates or peer not in rates:
+            continue
+        value = ratios[entry][peer]
+        decided = seeds[entry] == seeds[peer] and complete[entry] and complete[peer]
+        checks.append({"target": name, "entry": entry, "peer": peer, "ratio": value,
+                       "at_least": at_least, "same_seeds": decided,
+                       "met": decided and value is not None and value >= at_least})
+    return {"scores": {f"{e} seed {s}": v for (e, s), v in scores.items()},
+            "updates_per_second": rates, "final_return_mean": returns, "ratios": ratios,
+            "targets": checks, "every_run_complete": complete}
+
+
+def markdown_budget(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """A "budget" benchmark as Markdown: per entry and seed, the updates per second and the
+    final return; the medians and means; our rate over each peer's; the targets."""
+    seeds = sorted({run["seed"] for run in runs})
+    entries = list(summary["updates_per_second"])
+    by_key = {(run["entry"], run["seed"]): run for run in runs}
+
+    def budget_cell(entry: str, seed: int) -> str:
+        run = by_key.get((entry, seed))
+        if run is None:
+            return "-"
+        if run.get("error"):
+            return "failed"
+        score = summary["scores"][f"{entry} seed {seed}"]
+        rate = score["updates_per_second"]
+        text = (f"{rate:.1f}/s" if rate else "-") + (
+            f", return {score['final_return']:.0f}" if score["final_return"] is not None else "")
+        return text if score["complete"] else f"stopped at {score.get('env_steps', 0):,} ({text})"
+
+    lines = ["| library / agent | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | median updates/s | mean final return |", "|---|" + "---|" * (len(seeds) + 2)]
+    for entry in entries:
+        rate, mean = summary["updates_per_second"][entry], summary["final_return_mean"][entry]
+        lines.append(f"| {entry} | " + " | ".join(budget_cell(entry, s) for s in seeds)
+                     + f" | {'-' if math.isnan(rate) else f'{rate:.1f}'}"
+                     + f" | {'-' if math.isnan(mean) else f'{mean:.0f}'} |")
+    peers = [e for e in entries if not e.startswith("ours_")]
+    if summary["ratios"] and peers:
+        lines += ["", "| our updates/s / peer's | " + " | ".join(peers) + " |",
+                  "|---|" + "---|" * len(peers)]
+        lines += [f"| {o} | " + " | ".join(format_ratio(row[p]) for p in peers) + " |"
+                  for o, row in summary["ratios"].items()]
+    if summary["targets"]:
+        peer = summary["targets"][0]["peer"]
+        lines += ["", f"| target (against {peer}) | ours | ratio | at least | |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {c['target']} | {c['entry']} | {format_ratio(c['ratio'])} | "
+                  f"{c['at_least']:.1f}x | {verdict(c)} |" for c in summary["targets"]]
+    return "\n".join(lines)
+
+
+def summarize_world(runs: list[dict[str, Any]], world: World,
+                    max_env_steps: int) -> dict[str, Any]:
+    return (summarize(runs, world) if world.score == "time"
+            else summarize_budget(runs, world, max_env_steps))
+
+
+def markdown_world(runs: list[dict[str, Any]], summary: dict[str, Any], world: World) -> str:
+    return markdown(runs, summary) if world.score == "time" else markdown_budget(runs, summary)
+
+
+def headline(world: World, args: argparse.Namespace) -> str:
+    """What the table scores, in one sentence."""
+    if world.score == "time":
+        return (f"{world.env_id}, training seconds to a {world.episodes}-episode greedy mean "
+                f"return >= {args.threshold:g} (caps: {args.max_env_steps:,} env steps, "
+                f"{args.max_seconds:g} s)")
+    return (f"{world.env_id}, {args.max_env_steps:,} transitions ({world.warmup_steps:,} "
+            f"uniform warm-up steps, then one gradient update per transition): updates per "
+            f"training second between the last two evaluations ({args.eval_every:,} updates "
+            f"apart) and the {world.episodes}-episode greedy mean return after the budget")
+
+
 # ----------------------------------------------------------------------- commands
 def thread_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -305,19 +503,26 @@ def thread_env() -> dict[str, str]:
     return env
 
 
-def ours_command(agent: str, seed: int, run_dir: str, overrides: list[str],
-                 threshold: float = THRESHOLD) -> list[str]:
-    return [sys.executable, "train.py", f"experiment=cartpole_fast_{agent}", "alpha=1",
-            f"seed={seed}", f"trainer.stop_at_return={threshold:g}", "logger=csv",
-            "hardware.torch_threads=1", "callbacks.progress_bar=false",
-            f"hydra.run.dir={run_dir}", *overrides]
+def ours_command(agent: str, seed: int, run_dir: str, args: argparse.Namespace) -> list[str]:
+    """Our run as a user types it: the world's preset for ``agent``; to the threshold (a
+    "time" world) or for exactly the budget of transitions, evaluated every ``eval_every``
+    updates (a "budget" world)."""
+    world = WORLDS[args.world]
+    if world.score == "time":
+        stop = [f"trainer.stop_at_return={args.threshold:g}"]
+    else:
+        stop = [f"trainer.max_steps={args.max_env_steps - world.warmup_steps}",
+                f"evaluation.every_n_steps={args.eval_every}"]
+    return [sys.executable, "train.py", *(o.format(agent=agent) for o in world.preset),
+            "alpha=1", f"seed={seed}", *stop, "logger=csv", "hardware.torch_threads=1",
+            "callbacks.progress_bar=false", f"hydra.run.dir={run_dir}", *args.overrides]
 
 
 def peer_command(peer: str, seed: int, args: argparse.Namespace) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--seeds", str(seed),
             "--max-env-steps", str(args.max_env_steps), "--max-seconds", str(args.max_seconds),
             "--eval-every", str(args.eval_every), "--threshold", str(args.threshold),
-            "--peer-criterion", args.peer_criterion]
+            "--peer-criterion", args.peer_criterion, "--world", args.world]
 
 
 def hard_limit(args: argparse.Namespace) -> float:
@@ -331,7 +536,7 @@ def run_ours(agent: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     reached the target or passed a cap (it stops by itself at the target)."""
     run_dir = tempfile.mkdtemp(prefix=f"peers_{agent}_{seed}_")
     log_path = Path(run_dir) / "peers_output.txt"
-    command = ours_command(agent, seed, run_dir, args.overrides, args.threshold)
+    command = ours_command(agent, seed, run_dir, args)
     start = time.perf_counter()
     history: list[dict[str, Any]] = []
     killed = False
@@ -422,12 +627,12 @@ def _tianshou(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     from tianshou.utils.torch_utils import policy_within_training_step
 
     s = TIANSHOU[peer]
-    # The common test: greedy, EPISODES episodes every --eval-every steps, at --threshold. The
+    # The common test: greedy, CARTPOLE.episodes episodes every --eval-every steps, at --threshold. The
     # published one (--peer-criterion published): the script's own, epsilon 0.05, 100 episodes
     # at the end of each of its epochs, mean return at least its CartPole-v1 threshold (195).
     published = args.peer_criterion == "published"
     threshold = s["reward_threshold"] if published else args.threshold
-    test_episodes = s["num_test_envs"] if published else EPISODES
+    test_episodes = s["num_test_envs"] if published else CARTPOLE.episodes
     eps_test = s["eps_test"] if published else 0.0
     epoch_steps = s["epoch_num_steps"] if published else args.eval_every
     env = gym.make("CartPole-v1")
@@ -518,26 +723,44 @@ def _tianshou(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             "final_seconds": round(clock.seconds(), 3)}
 
 
-def _sb3_qrdqn(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
+    """The peer's model with its published settings for the world (``SB3_QRDQN``,
+    ``SB3_ZOO``)."""
     import gymnasium as gym
-    from sb3_contrib import QRDQN
+
+    env = gym.make(WORLDS[args.world].env_id)
+    if peer == "sb3_qrdqn":
+        from sb3_contrib import QRDQN
+
+        z = SB3_QRDQN
+        return QRDQN("MlpPolicy", env, learning_rate=z["learning_rate"],
+                     batch_size=z["batch_size"], buffer_size=z["buffer_size"],
+                     learning_starts=z["learning_starts"], gamma=z["gamma"],
+                     target_update_interval=z["target_update_interval"],
+                     train_freq=z["train_freq"], gradient_steps=z["gradient_steps"],
+                     # The zoo's fraction is of its 50,000 steps: the same decay length here.
+                     exploration_fraction=min(1.0, z["exploration_fraction"] * z["n_timesteps"]
+                                              / args.max_env_steps),
+                     exploration_final_eps=z["exploration_final_eps"],
+                     policy_kwargs={"net_arch": z["net_arch"], "n_quantiles": z["n_quantiles"]},
+                     seed=seed, device="cpu", verbose=0)
+    from sb3_contrib import TQC
+    from stable_baselines3 import SAC
+
+    algorithm = {"sb3_sac": SAC, "sb3_tqc": TQC}[peer]
+    return algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
+                     **SB3_ZOO[args.world][peer])
+
+
+def _sb3(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
 
-    z = SB3_QRDQN
-    total = args.max_env_steps
-    model = QRDQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=z["learning_rate"],
-                  batch_size=z["batch_size"], buffer_size=z["buffer_size"],
-                  learning_starts=z["learning_starts"], gamma=z["gamma"],
-                  target_update_interval=z["target_update_interval"],
-                  train_freq=z["train_freq"], gradient_steps=z["gradient_steps"],
-                  # The zoo's fraction is of its 50,000 steps: the same decay length here.
-                  exploration_fraction=min(1.0, z["exploration_fraction"] * z["n_timesteps"] / total),
-                  exploration_final_eps=z["exploration_final_eps"],
-                  policy_kwargs={"net_arch": z["net_arch"], "n_quantiles": z["n_quantiles"]},
-                  seed=seed, device="cpu", verbose=0)
-    eval_env = Monitor(gym.make("CartPole-v1"))
+    world = WORLDS[args.world]
+    model = _sb3_model(peer, seed, args)
+    eval_env = Monitor(gym.make(world.env_id))
     eval_env.reset(seed=seed + 10_000)
     clock = _Clock()
     evaluations: list[dict[str, Any]] = []
@@ -550,7 +773,7 @@ def _sb3_qrdqn(seed: int, args: argparse.Namespace) -> dict[str, Any]:
                 return True
             paused = time.perf_counter()
             train_seconds = clock.seconds()
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EPISODES,
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=world.episodes,
                                       deterministic=True)
             evaluations.append({"env_steps": int(self.num_timesteps),
                                 "train_seconds": round(train_seconds, 3),
@@ -559,7 +782,7 @@ def _sb3_qrdqn(seed: int, args: argparse.Namespace) -> dict[str, Any]:
             return mean < args.threshold
 
     clock.start = time.perf_counter()
-    model.learn(total_timesteps=total, callback=Evaluate())
+    model.learn(total_timesteps=args.max_env_steps, callback=Evaluate())
     return {"evaluations": evaluations, "threshold": args.threshold,
             "final_env_steps": int(model.num_timesteps),
             "final_seconds": round(clock.seconds(), 3)}
@@ -570,7 +793,7 @@ def worker(peer: str, seed: int, args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    raw = _sb3_qrdqn(seed, args) if peer == "sb3_qrdqn" else _tianshou(peer, seed, args)
+    raw = _sb3(peer, seed, args) if peer.startswith("sb3_") else _tianshou(peer, seed, args)
     result = reach_from_history(raw["evaluations"], raw["threshold"], args.max_env_steps,
                                 args.max_seconds)
     result.update(threshold=raw["threshold"], evaluations=raw["evaluations"],
@@ -596,20 +819,35 @@ def versions() -> dict[str, str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world", choices=list(WORLDS), default="cartpole",
+                        help="the benchmark: " + "; ".join(
+                            f"{name}: {w.env_id}, {SCORES[w.score]}" for name, w in WORLDS.items()))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--agents", nargs="*", default=list(OUR_AGENTS), choices=OUR_AGENTS,
-                        help="our agents (none: only the peers)")
-    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS,
-                        help="peer agents (none: only ours, no extra needed)")
-    parser.add_argument("--max-env-steps", type=int, default=100_000,
-                        help="cap on environment steps (transitions of all copies)")
-    parser.add_argument("--max-seconds", type=float, default=600.0,
-                        help="cap on training seconds per run")
-    parser.add_argument("--eval-every", type=int, default=2000,
-                        help="environment steps between the peers' evaluations (ours: "
-                             "evaluation.every_n_steps of the preset)")
-    parser.add_argument("--threshold", type=float, default=THRESHOLD,
-                        help="the mean return that counts as solved (CartPole-v1: 475)")
+    agents = sorted({a for w in WORLDS.values() for a in w.agents})
+    parser.add_argument("--agents", nargs="*", choices=agents, metavar="AGENT",
+                        help="our agents (default: the world's, " + "; ".join(
+                            f"{n}: {' '.join(w.agents)}" for n, w in WORLDS.items())
+                        + "; none: only the peers)")
+    parser.add_argument("--peers", nargs="*", choices=PEERS, metavar="PEER",
+                        help="peer agents (default: the world's, " + "; ".join(
+                            f"{n}: {' '.join(w.peers)}" for n, w in WORLDS.items())
+                        + "; none: only ours, no extra needed)")
+    parser.add_argument("--max-env-steps", type=int,
+                        help="cap on environment steps, transitions of all copies (default: "
+                             "the world's, " + ", ".join(f"{n} {w.max_env_steps:,}"
+                                                         for n, w in WORLDS.items()) + ")")
+    parser.add_argument("--max-seconds", type=float,
+                        help="cap on training seconds per run (default: the world's, " + ", ".join(
+                            f"{n} {w.max_seconds:g}" for n, w in WORLDS.items()) + ")")
+    parser.add_argument("--eval-every", type=int,
+                        help="environment steps between the peers' evaluations (default: the "
+                             "world's, " + ", ".join(f"{n} {w.eval_every:,}" for n, w in
+                                                     WORLDS.items()) + "; ours: evaluation."
+                             "every_n_steps of the preset)")
+    parser.add_argument("--threshold", type=float,
+                        help="the mean return that counts as solved (default: the world's, "
+                             + ", ".join(f"{n} {w.threshold:g}" for n, w in WORLDS.items()
+                                         if w.score == "time") + ")")
     parser.add_argument("--peer-criterion", choices=("common", "published"), default="common",
                         help="common: every library to the greedy test above; published: "
                              "Tianshou's peers to their scripts' own test (epsilon 0.05, 100 "
@@ -623,9 +861,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(benchmarks of the same settings run side by side, seed by seed)")
     parser.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    world = WORLDS[args.world]
+    for key, name in (("agents", "agents"), ("peers", "peers")):
+        chosen, allowed = getattr(args, key), getattr(world, name)
+        if chosen is None:
+            setattr(args, key, list(allowed))
+        elif set(chosen) - set(allowed):
+            parser.error(f"--{key} {' '.join(sorted(set(chosen) - set(allowed)))}: not on "
+                         f"--world {args.world}; choose from {' '.join(allowed)}")
+    for key in ("max_env_steps", "max_seconds", "eval_every", "threshold"):
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(world, key))
+    if world.score == "budget" and args.max_env_steps <= world.warmup_steps:
+        parser.error(f"--max-env-steps must exceed the {world.warmup_steps:,} warm-up steps "
+                     f"of --world {args.world}")
     if args.max_env_steps <= 0 or args.max_seconds <= 0 or args.eval_every <= 0:
         parser.error("--max-env-steps, --max-seconds and --eval-every must be positive")
-    if args.peer_criterion == "published" and "sb3_qrdqn" in args.peers and not args.worker:
+    published = {"tianshou_c51", "tianshou_iqn"}
+    if args.peer_criterion == "published" and set(args.peers) - published and not args.worker:
         parser.error("--peer-criterion published: only the Tianshou peers publish a stop "
                      "criterion (the RL Zoo trains for a fixed budget); choose --peers "
                      "tianshou_c51 tianshou_iqn")
@@ -635,13 +888,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def merge(paths: list[Path], out: Path | None) -> int:
     """The table of several saved benchmarks together (each seed from the file that ran it)."""
     saved = [json.loads(path.read_text()) for path in paths]
+    names = {data.get("world", "cartpole") for data in saved}
+    if len(names) > 1:
+        print(f"--merge: these files benchmark different worlds ({', '.join(sorted(names))})",
+              file=sys.stderr)
+        return 2
+    world = WORLDS[names.pop()]
     runs = [run for data in saved for run in data["runs"]]
-    summary = summarize(runs)
-    print(f"CartPole-v1, {len(paths)} benchmarks merged: " + "; ".join(
+    summary = summarize_world(runs, world, saved[0].get("max_env_steps", world.max_env_steps))
+    print(f"{world.env_id}, {len(paths)} benchmarks merged: " + "; ".join(
         f"{data['command']} (started {data['started']}, load average {data['machine']['load_before'][0]:.1f}"
         f" before{', incomplete' if not data.get('complete', True) else ''})" for data in saved)
         + "\n")
-    print(markdown(runs, summary))
+    print(markdown_world(runs, summary, world))
     if out:
         out.write_text(json.dumps({"merged": [str(p) for p in paths],
                                    "benchmarks": [{k: v for k, v in d.items() if k != "runs"
@@ -661,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for seed in args.seeds:
             for entry in run_order(entries, seed):
-                command = (ours_command(entry[5:], seed, "<tmp>", args.overrides, args.threshold)
+                command = (ours_command(entry[5:], seed, "<tmp>", args)
                            if entry.startswith("ours_") else peer_command(entry, seed, args))
                 print(f"cd {ROOT} && OMP_NUM_THREADS=1 PYTHONPATH={ROOT / 'src'} "
                       + shlex.join(command))
@@ -670,6 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(INSTALL, file=sys.stderr)
         return 2
+    world = WORLDS[args.world]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load_before = os.getloadavg()
     runs: list[dict[str, Any]] = []
@@ -681,15 +941,16 @@ def main(argv: list[str] | None = None) -> int:
             return
         args.out.write_text(json.dumps({
             "command": " ".join(["python", "benchmarks/peers.py", *(argv or sys.argv[1:])]),
-            "started": started, "complete": complete,
+            "world": args.world, "started": started, "complete": complete,
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                         "load_before": load_before, "load_now": os.getloadavg()},
-            "versions": versions(), "threshold": args.threshold, "episodes": EPISODES,
+            "versions": versions(), "threshold": args.threshold, "episodes": world.episodes,
             "max_env_steps": args.max_env_steps, "max_seconds": args.max_seconds,
             "eval_every": args.eval_every, "peer_criterion": args.peer_criterion,
             "overrides": args.overrides,
-            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN},
-            "runs": runs, **summarize(runs)}, indent=1, default=str) + "\n")
+            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN, "sb3_zoo": SB3_ZOO},
+            "runs": runs, **summarize_world(runs, world, args.max_env_steps)}, indent=1,
+            default=str) + "\n")
 
     for seed in args.seeds:
         for entry in run_order(entries, seed):
@@ -697,21 +958,21 @@ def main(argv: list[str] | None = None) -> int:
                       else run_peer(entry, seed, args))
             result.update(entry=entry, seed=seed, load=os.getloadavg()[0])
             runs.append(result)
-            print(f"{entry} seed {seed}: {cell(result)}", file=sys.stderr, flush=True)
+            shown = (cell(result) if world.score == "time" else
+                     json.dumps(budget_score(result.get("evaluations", []), args.max_env_steps)))
+            print(f"{entry} seed {seed}: {shown}", file=sys.stderr, flush=True)
             if result.get("error"):
                 print(result["error"], file=sys.stderr)
             save(complete=False)
-    summary = summarize(runs)
+    summary = summarize_world(runs, world, args.max_env_steps)
     load_after = os.getloadavg()
-    print(f"CartPole-v1, training seconds to a {EPISODES}-episode greedy mean return >= "
-          f"{args.threshold:g} (caps: {args.max_env_steps:,} env steps, {args.max_seconds:g} s); "
-          f"one torch thread per run; load average (1 min) {load_before[0]:.1f} before, "
-          f"{load_after[0]:.1f} after.")
+    print(f"{headline(world, args)}; one torch thread per run; load average (1 min) "
+          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after.")
     if args.peer_criterion == "published":
         print("Tianshou's rows: to their scripts' own test instead (epsilon 0.05, 100 episodes "
               "at the end of each epoch, mean return >= 195).")
     print()
-    print(markdown(runs, summary))
+    print(markdown_world(runs, summary, world))
     save(complete=True)
     return 1 if any(run.get("error") for run in runs) else 0  # a run that failed: say so
 

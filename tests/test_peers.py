@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("peers", ROOT / "benchmarks" / "peers.py")
 peers = importlib.util.module_from_spec(_spec)
+sys.modules["peers"] = peers  # its dataclasses look their module up while it loads
 _spec.loader.exec_module(peers)
 
 
@@ -120,7 +122,7 @@ def test_published_criterion_is_passed_to_tianshou_workers_and_refused_for_sb3(c
     assert peers.main(["--dry-run", "--seeds", "0", "--agents", "--peers", "tianshou_iqn",
                        "--peer-criterion", "published"]) == 0
     line = capsys.readouterr().out.strip()
-    assert "--worker tianshou_iqn" in line and line.endswith("--peer-criterion published")
+    assert "--worker tianshou_iqn" in line and "--peer-criterion published" in line
     # The worker line itself is accepted (its --peers default names every peer).
     assert peers.parse_args(peers.peer_command("tianshou_iqn", 0, peers.parse_args(
         ["--peers", "tianshou_iqn", "--peer-criterion", "published"]))[2:]).worker == "tianshou_iqn"
@@ -182,3 +184,115 @@ def test_targets_are_undecided_when_the_seeds_differ():
     assert check["target"] == "c51" and check["ratio"] == 0.2 and not check["met"]
     assert "| c51 | ours_c51 | 0.20x | 1.5x | undecided (not the same seeds) |" in peers.markdown(
         runs, peers.summarize(runs))
+
+
+def test_pendulum_world_runs_the_actor_critics_against_sb3_with_its_own_test(capsys):
+    assert peers.main(["--world", "pendulum", "--dry-run", "--seeds", "0"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4
+    assert ("train.py experiment=pendulum agent=tqc alpha=1 seed=0 "
+            "trainer.stop_at_return=-200 ") in lines[0]
+    assert "experiment=pendulum agent=dsac" in lines[1]
+    assert "--worker sb3_sac --seeds 0 --max-env-steps 20000" in lines[2]
+    assert "--eval-every 500 --threshold -200.0" in lines[2] and "--worker sb3_tqc" in lines[3]
+    assert all(line.endswith("--world pendulum") for line in lines[2:])
+    # An agent or a peer of another world: one line naming the allowed ones (exit 2).
+    for option, value, allowed in (("--agents", "c51", "tqc dsac"),
+                                   ("--peers", "tianshou_c51", "sb3_sac sb3_tqc")):
+        with pytest.raises(SystemExit) as refused:
+            peers.main(["--world", "pendulum", "--dry-run", option, value])
+        assert refused.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"{option} {value}: not on --world pendulum; choose from {allowed}" in err
+
+
+def test_without_a_reference_peer_the_targets_are_against_the_fastest_peer():
+    world = peers.WORLDS["pendulum"]
+    runs = [{"entry": e, "seed": s, "reached": True, "train_seconds": t, "env_steps": 3000}
+            for e, times in (("ours_tqc", (30.0, 50.0, 40.0)), ("ours_dsac", (45.0, 45.0, 45.0)),
+                             ("sb3_sac", (36.0, 38.0, 35.0)), ("sb3_tqc", (70.0, 80.0, 66.0)))
+            for s, t in enumerate(times)]
+    summary = peers.summarize(runs, world)
+    (check,) = summary["targets"]
+    assert (check["target"], check["entry"], check["peer"]) == ("best distributional",
+                                                                 "ours_tqc", "sb3_sac")
+    assert check["ratio"] == pytest.approx(40 / 36) and not check["met"]
+    assert "| best distributional | ours_tqc | 1.11x | 1.0x | MISSED |" in peers.markdown(runs, summary)
+    # A peer that never reached is no reference while another one did.
+    slow = [dict(r, reached=False, train_seconds=None, seconds_trained=500.0)
+            if r["entry"] == "sb3_sac" else r for r in runs]
+    assert peers.summarize(slow, world)["targets"][0]["peer"] == "sb3_tqc"
+
+
+def test_budget_world_scores_updates_per_second_between_the_last_two_evaluations(capsys):
+    world = peers.WORLDS["half_cheetah"]
+    assert peers.main(["--world", "half_cheetah", "--dry-run", "--seeds", "2", "--agents",
+                       "tqc", "--peers", "sb3_tqc", "--max-env-steps", "40000"]) == 0
+    ours, peer = capsys.readouterr().out.strip().splitlines()
+    # 40,000 transitions: 10,000 uniform ones, then 30,000 updates, evaluated every 5,000.
+    assert ("experiment=half_cheetah agent=tqc alpha=1 seed=2 trainer.max_steps=30000 "
+            "evaluation.every_n_steps=5000 ") in ours and "stop_at_return" not in ours
+    assert "--worker sb3_tqc --seeds 2 --max-env-steps 40000" in peer
+    assert peer.endswith("--world half_cheetah")
+
+    def evaluations(seconds, final_return):
+        return [{"env_steps": 10_000 * (i + 1), "train_seconds": t, "expectation": r}
+                for i, (t, r) in enumerate(zip(seconds, (-300.0, 500.0, final_return)))]
+
+    assert peers.budget_score(evaluations((1.0, 101.0, 201.0), 1500.0), 30_000) == {
+        "complete": True, "updates_per_second": 100.0, "final_return": 1500.0,
+        "env_steps": 30_000}
+    # Stopped by the time cap before the budget: not complete, no score in the medians.
+    assert not peers.budget_score(evaluations((1.0, 101.0, 201.0), 0.0)[:2], 30_000)["complete"]
+    runs = [{"entry": "ours_tqc", "seed": 0, "evaluations": evaluations((1, 51, 101), 2000.0)},
+            {"entry": "ours_tqc", "seed": 1, "evaluations": evaluations((1, 41, 81), 1000.0)},
+            {"entry": "sb3_tqc", "seed": 0, "evaluations": evaluations((2, 102, 202), 1800.0)},
+            {"entry": "sb3_tqc", "seed": 1, "evaluations": evaluations((2, 202, 402), 1600.0)}]
+    summary = peers.summarize_budget(runs, world, 30_000)
+    assert summary["updates_per_second"] == {"ours_tqc": 225.0, "sb3_tqc": 75.0}
+    assert summary["final_return_mean"] == {"ours_tqc": 1500.0, "sb3_tqc": 1700.0}
+    (check,) = summary["targets"]
+    assert check["ratio"] == pytest.approx(3.0) and check["met"]
+    table = peers.markdown_budget(runs, summary)
+    assert "| ours_tqc | 200.0/s, return 2000 | 250.0/s, return 1000 | 225.0 | 1500 |" in table
+    assert "| tqc | ours_tqc | 3.00x | 1.0x | met |" in table
+    # A failed peer run leaves its median to the rest and the target undecided.
+    runs[3] = dict(runs[3], error="boom")
+    undecided = peers.summarize_budget(runs, world, 30_000)
+    assert undecided["updates_per_second"]["sb3_tqc"] == 100.0
+    assert not undecided["targets"][0]["met"] and "| sb3_tqc | 100.0/s, return 1800 | failed |" in \
+        peers.markdown_budget(runs, undecided)
+
+
+@pytest.mark.parametrize("world", ["pendulum", "half_cheetah"])
+@pytest.mark.parametrize("agent", ["tqc", "dsac"])
+def test_continuous_presets_have_the_peers_settings(compose, world, agent):
+    """Equal networks and equal work per update: what the peers' rows are compared on."""
+    from rs_lightning.config.schema import validate
+
+    bench = peers.WORLDS[world]
+    train = validate(compose([o.format(agent=agent) for o in bench.preset])).train
+    # The peers' own settings over SB3's defaults (a learning rate of 3e-4, 100 warm-up steps).
+    zoo = {"learning_rate": 3e-4, "learning_starts": 100, **peers.SB3_ZOO[world]["sb3_tqc"]}
+    assert train.env.id == bench.env_id and train.agent["name"] == agent
+    assert train.learning.lr == zoo["learning_rate"]
+    assert train.learning.warmup_steps == zoo["learning_starts"]
+    assert (train.learning.batch_size, train.learning.target_update_rate) == (256, 0.005)
+    assert train.agent["hidden_sizes"] == [256, 256] and train.agent["n_critics"] == 2
+    assert peers.SB3_ZOO[world]["sb3_sac"] == peers.SB3_ZOO[world]["sb3_tqc"]
+    if bench.score == "budget":
+        assert bench.warmup_steps == train.learning.warmup_steps
+        assert bench.max_env_steps - bench.warmup_steps == train.trainer.max_steps
+        assert train.evaluation.every_n_steps == bench.eval_every
+    else:
+        assert train.evaluation.every_n_steps == bench.eval_every
+        assert train.evaluation.episodes_during_training == bench.episodes
+
+
+def test_merge_refuses_files_of_different_worlds(tmp_path, capsys):
+    paths = []
+    for world in ("cartpole", "pendulum"):
+        paths.append(tmp_path / f"{world}.json")
+        paths[-1].write_text(peers.json.dumps({"world": world, "runs": []}))
+    assert peers.main(["--merge", *map(str, paths)]) == 2
+    assert "different worlds (cartpole, pendulum)" in capsys.readouterr().err
