@@ -109,7 +109,7 @@ class World:
     peers: tuple[str, ...]
     reference_peer: str | None
     targets: dict[str, float]
-    preset: tuple[str, ...]  # our agent's overrides, "{agent}" filled in
+    preset: tuple[str, ...]  # our agent's overrides, "{agent}" and "{max_env_steps}" filled in
     score: str = "time"
     warmup_steps: int = 0  # "budget": uniform random transitions before the first update
 
@@ -132,7 +132,7 @@ WORLDS = {
         max_env_steps=20_000, max_seconds=900.0, agents=("tqc", "dsac"),
         distributional=("tqc", "dsac"), peers=("sb3_sac", "sb3_tqc"), reference_peer=None,
         targets={"best distributional": 1.0},
-        preset=("experiment=pendulum", "agent={agent}")),
+        preset=("experiment=pendulum", "agent={agent}", "trainer.max_steps={max_env_steps}")),
     # Issue 33: updates per second at least 1x SB3 TQC's at equal network sizes (256 x 256,
     # 2 critics of 25 quantiles, batch 256), and the return after 20,000 transitions.
     "half_cheetah": World(
@@ -513,7 +513,8 @@ def ours_command(agent: str, seed: int, run_dir: str, args: argparse.Namespace) 
     else:
         stop = [f"trainer.max_steps={args.max_env_steps - world.warmup_steps}",
                 f"evaluation.every_n_steps={args.eval_every}"]
-    return [sys.executable, "train.py", *(o.format(agent=agent) for o in world.preset),
+    preset = (o.format(agent=agent, max_env_steps=args.max_env_steps) for o in world.preset)
+    return [sys.executable, "train.py", *preset,
             "alpha=1", f"seed={seed}", *stop, "logger=csv", "hardware.torch_threads=1",
             "callbacks.progress_bar=false", f"hydra.run.dir={run_dir}", *args.overrides]
 

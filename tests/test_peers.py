@@ -190,7 +190,8 @@ def test_pendulum_world_runs_the_actor_critics_against_sb3_with_its_own_test(cap
     assert peers.main(["--world", "pendulum", "--dry-run", "--seeds", "0"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4
-    assert ("train.py experiment=pendulum agent=tqc alpha=1 seed=0 "
+    # Past the preset's 6,000 steps: a run stops at the threshold or the cap on steps.
+    assert ("train.py experiment=pendulum agent=tqc trainer.max_steps=20000 alpha=1 seed=0 "
             "trainer.stop_at_return=-200 ") in lines[0]
     assert "experiment=pendulum agent=dsac" in lines[1]
     assert "--worker sb3_sac --seeds 0 --max-env-steps 20000" in lines[2]
@@ -271,7 +272,8 @@ def test_continuous_presets_have_the_peers_settings(compose, world, agent):
     from rs_lightning.config.schema import validate
 
     bench = peers.WORLDS[world]
-    train = validate(compose([o.format(agent=agent) for o in bench.preset])).train
+    train = validate(compose([o.format(agent=agent, max_env_steps=bench.max_env_steps)
+                              for o in bench.preset])).train
     # The peers' own settings over SB3's defaults (a learning rate of 3e-4, 100 warm-up steps).
     zoo = {"learning_rate": 3e-4, "learning_starts": 100, **peers.SB3_ZOO[world]["sb3_tqc"]}
     assert train.env.id == bench.env_id and train.agent["name"] == agent
