@@ -1,4 +1,6 @@
-"""Time to solve CartPole-v1 against peer libraries, on this machine, in one run.
+"""This package's agents against peer libraries, on this machine, in one run, on one of three
+worlds (``--world``): time to solve CartPole-v1 (the default) or Pendulum-v1, and the update
+rate and return after a fixed budget on MuJoCo's HalfCheetah-v5.
 
     pip install -e '.[bench]'                    # Tianshou 2.0.1, Stable-Baselines3 + sb3-contrib 2.x
     python benchmarks/peers.py                   # 5 seeds, every agent of ours, every peer
@@ -6,6 +8,27 @@
     python benchmarks/peers.py --dry-run         # print the commands, run nothing
     python benchmarks/peers.py --out peers.json  # also save every raw number
     python benchmarks/peers.py --agents --peers tianshou_c51 tianshou_iqn --peer-criterion published
+    python benchmarks/peers.py --world pendulum  # TQC, DSAC against SB3 SAC, sb3-contrib TQC
+    python benchmarks/peers.py --world half_cheetah --seeds 0 1 2 --agents tqc --peers sb3_tqc
+
+**Pendulum-v1** (``--world pendulum``) is scored like CartPole below, with its own common
+test: 10 greedy episodes every 500 environment steps, solved at a mean return of -200, caps
+of 20,000 steps (the RL Baselines3 Zoo's budget) and 900 s. Ours: ``python train.py
+experiment=pendulum agent=<tqc|dsac> trainer.max_steps=20000 alpha=1 seed=<s>
+trainer.stop_at_return=-200`` (SB3's SAC defaults and the zoo's learning rate; its
+evaluation every 500 updates, after the 100 warm-up steps). The peers: SB3's SAC and
+sb3-contrib's TQC with the zoo's Pendulum-v1 settings (``SB3_ZOO``: a learning rate of
+1e-3, the libraries' defaults for the rest). The target: our best median at most the
+fastest peer's.
+
+**HalfCheetah-v5** (``--world half_cheetah``) is a fixed budget, not a threshold: every run
+trains for 20,000 transitions (10,000 uniform ones, then one gradient update per
+transition) with equal networks and work per update (256 x 256, batch 256, TQC's 2 critics
+of 25 quantiles: ``experiment=half_cheetah`` and the zoo's MuJoCo settings), and is
+evaluated (10 greedy episodes) every 5,000 updates. Its scores: gradient updates per
+training second between its last two evaluations (5,000 updates apart, the environment
+step of each included, evaluations left out), and the mean return of the last one. The
+target: our TQC's median rate at least sb3-contrib TQC's.
 
 The score of a run is its training time to the first greedy evaluation whose mean return
 over 20 episodes is at least 475, within a cap on environment steps (``--max-env-steps``,
