@@ -59,14 +59,14 @@ def play(agent, seed: int, every: int, frames: int) -> tuple[list[tuple[int, flo
 
 
 def draw(shots: list[tuple[int, float, np.ndarray]], total: float, title: str, out: Path) -> None:
-    fig, axes = plt.subplots(1, len(shots), figsize=(1.6 * len(shots), 2.2))
+    fig, axes = plt.subplots(1, len(shots), figsize=(1.6 * len(shots), 2.4),
+                             layout="constrained")
     for ax, (step, so_far, frame) in zip(np.atleast_1d(axes), shots):
         ax.imshow(frame)
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_xlabel(f"t = {step}\nreturn {so_far:.0f}", fontsize=8)
     fig.suptitle(f"{title}: return {total:.1f}", fontsize=9)
-    fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     agent_name = agent.config.train.agent["name"]
     utility = agent.utility
-    draw(shots, total, f"{agent_name} on {env_id}, greedy (alpha {utility.alpha:g}, "
-                       f"{utility.risk})", args.out)
+    setting = ("alpha 1" if utility.alpha == 1 else
+               f"alpha {utility.alpha:g}, {utility.risk} {' '.join(f'{k} {v:g}' for k, v in utility.params.items())}")
+    draw(shots, total, f"{agent_name} on {env_id}, greedy ({setting.strip()})", args.out)
     print(f"{args.out}: {len(shots)} frames, return {total:.1f}")
     return 0
 

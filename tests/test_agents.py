@@ -708,3 +708,18 @@ def test_agents_table_preset(compose):
 
 def test_risk_files_match_the_registry():
     assert set(RISKS) == set(RISK_MEASURES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_agent_with_a_fixed_support_keeps_its_laws_on_it(name):
+    """The support-ends warning judges only the agents that say their laws live on
+    [return_min, return_max]: theirs never leave it, even from untrained weights and
+    states far from any seen."""
+    agent = make_agent(name)
+    problem = agent.problem
+    far = torch.randn(64, problem.obs_dim) * 50.0
+    law = agent.return_distribution(far)
+    if agent.fixed_support:
+        assert law.values.min() >= problem.return_min - 1e-5
+        assert law.values.max() <= problem.return_max + 1e-5
+    assert agent.fixed_support == (name in {"c51", "umdqn_c", "umdqn_kl", "rs_umdqn_c"})

@@ -115,6 +115,9 @@ class Agent(nn.Module, ABC):
     # Whether it acts in a continuous box [-1, 1]^d (an actor-critic,
     # rs_lightning.agents.actor_critic) rather than among Problem.n_actions actions.
     continuous_actions: bool = False
+    # Whether its laws live on [return_min, return_max] (atoms or a grid there), piling at
+    # the ends what lies beyond; quantile agents' atoms go wherever the returns are.
+    fixed_support: bool = False
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()

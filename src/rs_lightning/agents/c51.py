@@ -66,6 +66,7 @@ class C51(Agent):
 
     config: C51Config
     supports_members = True
+    fixed_support = True
 
     def __init__(self, config: C51Config, problem: Problem) -> None:
         super().__init__(config, problem)

@@ -130,6 +130,7 @@ class UMDQNC(Agent):
 
     config: UMDQNCConfig
     supports_members = True
+    fixed_support = True
 
     def __init__(self, config: UMDQNCConfig, problem: Problem) -> None:
         super().__init__(config, problem)

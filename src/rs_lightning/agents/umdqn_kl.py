@@ -103,6 +103,7 @@ class UMDQNKL(Agent):
 
     config: UMDQNKLConfig
     supports_members = True
+    fixed_support = True
 
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
         super().__init__(config, problem)

@@ -127,7 +127,9 @@ def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
     """Warn (once per run: the caller's concern) when the members' learned laws of the replay
     batch's states put more than ``SUPPORT_END_MASS`` of their mass, on average over states
     and actions, at the ends of [``env.return_min``, ``env.return_max``]; returns that mass
-    (the largest member's)."""
+    (the largest member's; 0 for an agent without a fixed support)."""
+    if not pl_module.member(0).agent.fixed_support:
+        return 0.0  # atoms beyond the support are no clipping
     ends = []  # (lower, upper) share of each member
     for k in range(obs.shape[0]):
         member = pl_module.member(k)  # a risk-conditioned member adds its setting to obs
