@@ -85,6 +85,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -567,16 +568,21 @@ def run_ours(agent: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=thread_env(), stdout=log,
                                    stderr=subprocess.STDOUT)
-        while process.poll() is None:
-            time.sleep(0.5)
-            history = read_history(Path(run_dir) / "eval_history.jsonl")
-            caps = past_caps(history, args.threshold, args.max_env_steps, args.max_seconds)
-            if caps and not any(r["expectation"] >= args.threshold for r in history):
-                killed = True  # past a cap: no need to train to the end
-            if killed or time.perf_counter() - start > hard_limit(args):
-                killed = True
-                process.terminate()
-                process.wait()
+        try:
+            while process.poll() is None:
+                time.sleep(0.5)
+                history = read_history(Path(run_dir) / "eval_history.jsonl")
+                caps = past_caps(history, args.threshold, args.max_env_steps, args.max_seconds)
+                if caps and not any(r["expectation"] >= args.threshold for r in history):
+                    killed = True  # past a cap: no need to train to the end
+                if killed or time.perf_counter() - start > hard_limit(args):
+                    killed = True
+                    process.terminate()
+                    process.wait()
+        except BaseException:  # the benchmark stopped (SIGTERM, Ctrl-C): so does its run
+            process.kill()
+            process.wait()
+            raise
     history = read_history(Path(run_dir) / "eval_history.jsonl")
     result = reach_from_history(history, args.threshold, args.max_env_steps, args.max_seconds)
     result.update(evaluations=[{k: r.get(k) for k in ("step", "env_steps", "train_seconds",
@@ -976,6 +982,10 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs, **summarize_world(runs, world, args.max_env_steps)}, indent=1,
             default=str) + "\n")
 
+    # A SIGTERM ends the benchmark as Ctrl-C does: through the run in progress, which then
+    # stops its process too (subprocess.run kills its child on an exception) instead of
+    # leaving it to load the machine.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     for seed in args.seeds:
         for entry in run_order(entries, seed):
             result = (run_ours(entry[5:], seed, args) if entry.startswith("ours_")

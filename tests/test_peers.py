@@ -298,3 +298,35 @@ def test_merge_refuses_files_of_different_worlds(tmp_path, capsys):
         paths[-1].write_text(peers.json.dumps({"world": world, "runs": []}))
     assert peers.main(["--merge", *map(str, paths)]) == 2
     assert "different worlds (cartpole, pendulum)" in capsys.readouterr().err
+
+
+def test_a_terminated_benchmark_stops_the_run_in_progress(tmp_path):
+    """SIGTERM to a benchmark ends its current run's process too, not only itself."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("peers", {str(ROOT / "benchmarks" / "peers.py")!r})
+peers = importlib.util.module_from_spec(spec)
+sys.modules["peers"] = peers
+spec.loader.exec_module(peers)
+peers.missing_modules = lambda _: []
+peers.peer_command = lambda *_: [sys.executable, "-c",
+    "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+peers.main(["--world", "pendulum", "--agents", "--peers", "sb3_sac", "--seeds", "0"])
+"""
+    benchmark = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    benchmark.send_signal(signal.SIGTERM)
+    assert benchmark.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):  # reaped by the benchmark before it exited
+        os.kill(worker, 0)
