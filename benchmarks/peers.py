@@ -86,6 +86,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -429,8 +430,9 @@ def summarize_budget(runs: list[dict[str, Any]], world: World,
     done = {e: [scores[(e, r["seed"])] for r in runs if r["entry"] == e
                 and (e, r["seed"]) in scores and scores[(e, r["seed"])]["complete"]]
             for e in entries}
-    rates = {e: median_seconds(d["updates_per_second"] for d in done[e]) if done[e] else math.nan
-             for e in entries}
+    measured = {e: [d["updates_per_second"] for d in done[e] if d["updates_per_second"]]
+                for e in entries}
+    rates = {e: statistics.median(measured[e]) if measured[e] else math.nan for e in entries}
     returns = {e: sum(d["final_return"] for d in done[e]) / len(done[e]) if done[e] else math.nan
                for e in entries}
     ours = [e for e in entries if e.startswith("ours_")]
