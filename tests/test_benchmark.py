@@ -141,7 +141,7 @@ def test_the_flags_become_the_overrides_of_one_multirun():
 
 @pytest.mark.parametrize("flag, value, allowed", [
     ("--worlds", "cartpole", "two_stage"), ("--agents", "tqc", "qr_dqn"),
-    ("--measures", "wang", "cvar, var"), ("--objectives", "conditioned", "per_decision, static"),
+    ("--measures", "wang", "cvar, spectral, var"), ("--objectives", "conditioned", "per_decision, static"),
     ("--preset", "huge", "small")])
 def test_an_unknown_name_is_one_line_and_exit_2(capsys, flag, value, allowed):
     assert command.main([flag, value]) == 2

@@ -47,7 +47,11 @@ def utilities(values: np.ndarray, weights: np.ndarray, utility: Utility) -> np.n
     order = np.argsort(values, kind="stable")
     values, weights = values[order], weights[:, order]
     out = utility.alpha * (weights @ values)
-    if utility.alpha < 1.0:
+    if utility.alpha < 1.0 and utility.risk == "spectral":
+        levels, shares = utility.params["levels"], utility.params["weights"]
+        risk = sum(w * lower_tail_mean(values, weights, rho) for rho, w in zip(levels, shares))
+        out = out + (1.0 - utility.alpha) * risk
+    elif utility.alpha < 1.0:
         rho = float(utility.params["rho"])
         risk = (lower_quantile if utility.risk == "var" else lower_tail_mean)(values, weights, rho)
         out = out + (1.0 - utility.alpha) * risk
@@ -351,6 +355,53 @@ def test_static_optimum_is_the_best_policy_of_the_decision_tree(brute_force, nam
         assert bounds.upper >= best[key] - slack, (key, bounds, best[key])
         if key == "VaR a=0":  # the bounds meet
             assert bounds.upper == pytest.approx(bounds.utility, abs=1e-9)
+
+
+def spectral_of(instance: Instance, alpha: float) -> Utility:
+    """Half CVaR at half the instance's level, half CVaR at its level."""
+    return Utility(alpha, "spectral", {"levels": (instance.rho / 2, instance.rho),
+                                       "weights": (0.5, 0.5)})
+
+
+def tree_static_spectral_optimum(instance: Instance, utility: Utility) -> float:
+    """max over every history-dependent policy of alpha E + (1 - alpha) sum_i w_i CVaR_rho_i,
+    exactly: max over b_1 <= b_2, each one of the episode's returns, of (1 - alpha)
+    sum_i w_i b_i + max_pi E[alpha S - sum_i kappa_i (b_i - S)^+] (kappa_i = (1 - alpha)
+    w_i / rho_i), the inner maximum by backward induction on the tree."""
+    args = (instance.transitions, instance.start, instance.horizon, GAMMA)
+    returns = np.unique(np.round(decision_tree(*args, history=True).returns, 12))
+    first, second = np.triu_indices(len(returns))
+    b = np.stack([returns[first], returns[second]])  # [2, pairs], b_1 <= b_2
+    levels = np.array(utility.params["levels"])[:, None]
+    shares = np.array(utility.params["weights"])[:, None]
+    kappa = (1.0 - utility.alpha) * shares / levels
+    inner = tree_optimum(*args, lambda s: utility.alpha * s - (
+        kappa * np.maximum(b - s, 0.0)).sum(0))
+    return float(((1.0 - utility.alpha) * (shares * b).sum(0) + inner).max())
+
+
+@pytest.mark.parametrize("name", list(INSTANCES))
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_static_spectral_optimum_is_the_best_policy_of_the_decision_tree(brute_force, name,
+                                                                         alpha):
+    """The engine's static spectral optimum (two thresholds: the offset searched, the upper
+    one on the grid) against the tree's exact one; where every policy can be listed, that
+    too. Within the threshold grid's step times the utility's slope in the thresholds,
+    (1 - alpha) (1 + sum_i w_i / rho_i), and never above the optimum by more."""
+    instance = INSTANCES[name]
+    utility = spectral_of(instance, alpha)
+    best = tree_static_spectral_optimum(instance, utility)
+    if "policies" in brute_force[name]:
+        tree = decision_tree(instance.transitions, instance.start, instance.horizon, GAMMA,
+                             history=True)
+        listed = utilities(tree.returns, tree.laws(tree.policies()), utility).max()
+        assert listed == pytest.approx(best, abs=1e-9)
+    returns = decision_tree(instance.transitions, instance.start, instance.horizon, GAMMA,
+                            history=True).returns
+    step = threshold_step(instance.model(), tr.SPECTRAL_THRESHOLDS, returns)
+    slope = (1.0 - alpha) * (1.0 + 0.5 / (instance.rho / 2) + 0.5 / instance.rho)
+    engine = tr.static_optimum(instance.model(), utility, GAMMA).utility
+    assert best - slope * step <= engine <= best + slope * step, (engine, best, slope * step)
 
 
 @pytest.mark.parametrize("name", ["trading", "american_put"])

@@ -86,7 +86,7 @@ class PlayedEpisodes(NamedTuple):
     returns: np.ndarray  # undiscounted S per episode
     outcomes: np.ndarray  # R_s per episode (NaN where the env has none)
     discounted: np.ndarray  # sum_t gamma^t r_t per episode (environment units)
-    constants: np.ndarray | None  # what the objective's episode state fixed for each episode
+    constants: np.ndarray | None  # what the objective's episode state fixed for each episode [E, ...]
 
 
 # An evaluation episode is cut after this many steps, with a warning: in an environment
@@ -140,7 +140,7 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
         step = rollout.step(policy, 0)
         if step.constants is not None:
             if constants is None:
-                constants = np.zeros(episodes)
+                constants = np.zeros((episodes, *step.constants.shape[1:]))
             constants[episode_of[active]] = step.constants[active]
         reward = step.copies.reward
         returns[episode_of[active]] += reward[active]

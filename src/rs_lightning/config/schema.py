@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import torch
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rs_lightning.agents import AGENTS, AgentConfig
@@ -532,7 +532,9 @@ def agent_config_from(node) -> AgentConfig:
 
 
 def utility_from(risk_node, alpha: float) -> Utility:
-    params = dict(risk_node)
+    # A list parameter (a spectral measure's levels) as a tuple: the utility is hashable.
+    params = {key: tuple(value) if isinstance(value, (list, tuple, ListConfig)) else value
+              for key, value in dict(risk_node).items()}
     name = params.pop("name", None)
     if name not in RISK_MEASURES:
         raise ConfigError(

@@ -57,7 +57,7 @@ def learning_reward(reward, scale: float, clip: float | None):
 
 class RolloutStep(NamedTuple):
     obs: np.ndarray  # [M, D'] what the policy saw (the episode state's features appended)
-    constants: np.ndarray | None  # [M] what the state holds fixed for each copy's episode
+    constants: np.ndarray | None  # [M, ...] what the state holds fixed for each copy's episode
     actions: np.ndarray  # [M] (continuous: [M, d])
     copies: CopiesStep  # the environment's answer (undiscounted rewards, ends, R_s)
     learnt: np.ndarray  # [M] the learning rewards (scaled, clipped)

@@ -58,7 +58,7 @@ class EpisodeState:
     (their values at each transition's two states); ``checkpoint_key``: where the state lives
     in the collector's checkpoint (None: nothing to save)."""
 
-    stored_features: ClassVar[int] = 0
+    stored_features: int = 0
     checkpoint_key: ClassVar[str | None] = None
 
     def observe(self, obs: np.ndarray, network: Network, device) -> np.ndarray:
@@ -75,8 +75,8 @@ class EpisodeState:
         return None
 
     def episode_constants(self) -> np.ndarray | None:
-        """What is fixed for each copy's episode once it has started ``[M]`` (a copy of
-        it), or None."""
+        """What is fixed for each copy's episode once it has started ``[M, ...]`` (a copy
+        of it), or None."""
         return None
 
     def features(self) -> np.ndarray | None:

@@ -1,21 +1,24 @@
 """The static objective: U of the whole episode's discounted return S = sum_t gamma^t r_t.
 
 It is Markov on the augmented state (s, c, gamma^t, b) (Bäuerle & Ott 2011): c the
-discounted return accumulated so far, gamma^t the discount reached and b a threshold fixed
-for the episode; the rules and their maths are in :mod:`rs_lightning.risk.static`. Here is
-what a run carries: each copy's (c, gamma^t, b), appended to what the replay memory stores
-and the network sees, and the choice of an episode's threshold at its start.
+discounted return accumulated so far, gamma^t the discount reached and b the thresholds
+fixed for the episode (one per level of the measure: one for var and cvar, m for a spectral
+measure); the rules and their maths are in :mod:`rs_lightning.risk.static`. Here is what a
+run carries: each copy's (c, gamma^t, b), appended to what the replay memory stores and the
+network sees, and the choice of an episode's thresholds at its start.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from rs_lightning.errors import ConfigError
 from rs_lightning.objectives.base import (
     EpisodeState,
     Network,
@@ -23,7 +26,7 @@ from rs_lightning.objectives.base import (
     register_objective,
 )
 from rs_lightning.risk import ReturnDistribution, Utility, from_samples
-from rs_lightning.risk.static import N_FEATURES, StaticObjective
+from rs_lightning.risk.static import MAX_CANDIDATES, StaticObjective
 
 # Tags the generators of the episodes' thresholds.
 THRESHOLD_STREAM = 0x7B5E
@@ -33,33 +36,34 @@ CANDIDATE_ROWS_PER_PASS = 8192
 
 
 def start_input(static: StaticObjective, obs: Tensor, thresholds: Tensor) -> Tensor:
-    """Plain observations ``obs[..., D]`` as an episode's start with thresholds ``[...]``:
-    ``[..., D + 3]``."""
-    zeros = torch.zeros_like(thresholds)
+    """Plain observations ``obs[..., D]`` as an episode's start with thresholds
+    ``[..., m]`` (or ``[...]`` when m is 1): ``[..., D + 2 + m]``."""
+    zeros = torch.zeros(obs.shape[:-1], dtype=thresholds.dtype, device=thresholds.device)
     return torch.cat([obs, static.features(zeros, torch.ones_like(zeros), thresholds)
                       .to(obs.device)], dim=-1)
 
 
 def best_thresholds(static: StaticObjective, network: Network, obs: Tensor) -> Tensor:
-    """The threshold b maximising max_a of the threshold value at an episode's start, for
-    each plain observation ``obs[..., D]`` -> ``[...]`` (float64): one forward pass over
+    """The thresholds b maximising max_a of the threshold value at an episode's start, for
+    each plain observation ``obs[..., D]`` -> ``[..., m]`` (float64): one forward pass over
     every candidate (:meth:`StaticObjective.candidate_thresholds`). ``network`` maps
-    augmented observations ``[..., D + 3]`` to Z."""
-    candidates = static.candidate_thresholds(obs.device)  # [G]
-    if candidates.numel() == 1:
-        return candidates.expand(obs.shape[:-1]).clone()
+    augmented observations ``[..., D + 2 + m]`` to Z."""
+    candidates = static.candidate_thresholds(obs.device)  # [G, m]
+    count = candidates.shape[0]
+    if count == 1:
+        return candidates[0].expand(*obs.shape[:-1], -1).clone()
     # A bounded number of rows per pass (an evaluation starts 1,000 episodes at once, and a
     # UMDQN network evaluates a lattice per row).
-    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // candidates.numel())
+    per_pass = max(1, CANDIDATE_ROWS_PER_PASS // count)
     if obs.shape[-2] > per_pass:
         return torch.cat([best_thresholds(static, network, part)
-                          for part in obs.split(per_pass, dim=-2)], dim=-1)
-    grid = candidates.expand(*obs.shape[:-1], -1)  # [..., G]
-    rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], candidates.numel(), obs.shape[-1])
-    augmented = start_input(static, rows, grid)  # [..., G, D + 3]
+                          for part in obs.split(per_pass, dim=-2)], dim=-2)
+    grid = candidates.expand(*obs.shape[:-1], *candidates.shape)  # [..., G, m]
+    rows = obs.unsqueeze(-2).expand(*obs.shape[:-1], count, obs.shape[-1])
+    augmented = start_input(static, rows, grid)  # [..., G, D + 2 + m]
     # The networks take one batch dimension (after the members'): rows and candidates as one.
     flat = network(augmented.reshape(*obs.shape[:-2], -1, augmented.shape[-1]))
-    dist = ReturnDistribution(*(x.reshape(*grid.shape, *x.shape[-2:]) for x in flat))
+    dist = ReturnDistribution(*(x.reshape(*grid.shape[:-1], *x.shape[-2:]) for x in flat))
     value = static.threshold_values(dist, grid).amax(-1)  # [..., G]
     return candidates[value.argmax(-1)]
 
@@ -68,13 +72,13 @@ class AccumulatedReturns(EpisodeState):
     """Each copy's (c, gamma^t, b) in learning units, for ``copies`` copies of each of the
     members of ``seeds``.
 
-    A copy whose episode starts gets c = 0, gamma^0 = 1 and a threshold still to choose
-    (``pending``): :meth:`observe` draws it from member k's generator, in the order of its
-    copies: with probability ``uniform_share`` uniform over the support, else the best one
-    at the start state (:func:`best_thresholds`). An evaluation uses a share of 0.
+    A copy whose episode starts gets c = 0, gamma^0 = 1 and thresholds still to choose
+    (``pending``): :meth:`observe` draws them from member k's generator, in the order of its
+    copies: with probability ``uniform_share`` uniform over the support (m values, sorted),
+    else the best ones at the start state (:func:`best_thresholds`). An evaluation uses a
+    share of 0.
     """
 
-    stored_features = N_FEATURES
     checkpoint_key = "accumulated"
 
     def __init__(self, objective: StaticObjective, seeds: list[int], copies: int, gamma: float,
@@ -85,36 +89,37 @@ class AccumulatedReturns(EpisodeState):
         self.uniform_share = objective.uniform_share if uniform_share is None else uniform_share
         self.generators = [np.random.default_rng([seed, THRESHOLD_STREAM]) for seed in seeds]
         total = len(seeds) * copies
+        self.stored_features = objective.n_features
         self.accumulated = np.zeros(total)
         self.discount = np.ones(total)
-        self.threshold = np.zeros(total)
+        self.threshold = np.zeros((total, objective.n_thresholds))
         self.pending = np.ones(total, dtype=bool)
 
     def features(self) -> np.ndarray:
-        """The copies' augmented inputs ``[M, 3]`` (float32)."""
+        """The copies' augmented inputs ``[M, 2 + m]`` (float32)."""
         return self.objective.features(torch.from_numpy(self.accumulated),
                                        torch.from_numpy(self.discount),
                                        torch.from_numpy(self.threshold)).numpy()
 
     def episode_constants(self) -> np.ndarray:
-        """Each copy's threshold b (learning units)."""
+        """Each copy's thresholds b ``[M, m]`` (learning units)."""
         return self.threshold.copy()
 
     def observe(self, obs: np.ndarray, network: Network, device) -> np.ndarray:
-        """``obs[M, D]`` with each copy's (c, gamma^t, b) appended -> ``[M, D + 3]``, after
-        choosing the thresholds of the copies whose episode starts."""
+        """``obs[M, D]`` with each copy's (c, gamma^t, b) appended -> ``[M, D + 2 + m]``,
+        after choosing the thresholds of the copies whose episode starts."""
         self.resolve(obs, lambda grouped: best_thresholds(
             self.objective, network,
             torch.from_numpy(grouped).to(device)).cpu().numpy())
         return self.augment(obs)
 
     def augment(self, obs: np.ndarray) -> np.ndarray:
-        """``obs[M, D]`` with the copies' (c, gamma^t, b) appended -> ``[M, D + 3]``."""
+        """``obs[M, D]`` with the copies' (c, gamma^t, b) appended -> ``[M, D + 2 + m]``."""
         return np.concatenate([np.asarray(obs, dtype=np.float32), self.features()], axis=-1)
 
     def resolve(self, obs: np.ndarray, best) -> None:
         """Choose the thresholds of the copies whose episode starts at ``obs[M, D]``;
-        ``best(obs[K, N, D]) -> [K, N]`` is called once, if any of them needs it."""
+        ``best(obs[K, N, D]) -> [K, N, m]`` is called once, if any of them needs it."""
         if not self.pending.any():
             return
         members = len(self.generators)
@@ -123,15 +128,18 @@ class AccumulatedReturns(EpisodeState):
             self.pending[:] = False
             return
         low, high = self.objective.return_min, self.objective.return_max
-        drawn: dict[int, float] = {}
+        m = self.objective.n_thresholds
+        drawn: dict[int, np.ndarray] = {}
         for j in np.flatnonzero(self.pending).tolist():  # member by member, copy by copy
             generator = self.generators[j // self.copies]
-            uniform, value = generator.random(), generator.uniform(low, high)
+            uniform = generator.random()
+            value = generator.uniform(low, high) if m == 1 else np.sort(
+                generator.uniform(low, high, size=m))
             if uniform < self.uniform_share:
                 drawn[j] = value
         if len(drawn) < int(self.pending.sum()):
             grouped = np.asarray(obs, dtype=np.float32).reshape(members, self.copies, -1)
-            chosen = np.asarray(best(grouped), dtype=np.float64).reshape(-1)
+            chosen = np.asarray(best(grouped), dtype=np.float64).reshape(-1, m)
         for j in np.flatnonzero(self.pending).tolist():
             self.threshold[j] = drawn[j] if j in drawn else chosen[j]
         self.pending[:] = False
@@ -159,9 +167,18 @@ class AccumulatedReturns(EpisodeState):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for generator, generator_state in zip(self.generators, state["generators"]):
             generator.bit_generator.state = generator_state
-        for name in ("accumulated", "discount", "threshold"):
+        for name in ("accumulated", "discount"):
             setattr(self, name, np.asarray(state[name], dtype=np.float64))
+        # [M, m] (a flat list of one threshold per copy, as written when there was only one)
+        self.threshold = np.asarray(state["threshold"], dtype=np.float64).reshape(
+            len(self.accumulated), -1)
         self.pending = np.asarray(state["pending"], dtype=bool)
+
+
+def _mean_thresholds(constants: np.ndarray) -> float | list[float]:
+    """The episodes' mean threshold (learning units); one per level with several."""
+    means = np.asarray(constants, dtype=np.float64).reshape(len(constants), -1).mean(0)
+    return float(means[0]) if len(means) == 1 else means.tolist()
 
 
 @register_objective("static")
@@ -183,11 +200,19 @@ class Static(Objective):
     @classmethod
     def from_config(cls, utility, train) -> Static:
         section = train.static_objective  # its thresholds
-        return cls(utility, StaticObjective(utility, train.env.return_min, train.env.return_max,
-                                            section.uniform_share, section.thresholds))
+        static = StaticObjective(utility, train.env.return_min, train.env.return_max,
+                                 section.uniform_share, section.thresholds)
+        levels = static.n_thresholds
+        candidates = math.comb(section.thresholds + levels - 1, levels)
+        if static.has_threshold and candidates > MAX_CANDIDATES:
+            raise ConfigError("static_objective.thresholds", (
+                f"{section.thresholds} values for each of the measure's {levels} levels make "
+                f"{candidates:,} threshold vectors to search at every episode's start (at most "
+                f"{MAX_CANDIDATES:,}); use fewer values or fewer levels"))
+        return cls(utility, static)
 
     def network_problem(self, problem):
-        return dataclasses.replace(problem, obs_dim=problem.obs_dim + N_FEATURES)
+        return dataclasses.replace(problem, obs_dim=problem.obs_dim + self.static.n_features)
 
     def episode_state(self, seeds, copies, gamma, training=True) -> AccumulatedReturns:
         return AccumulatedReturns(self.static, seeds, copies, gamma,
@@ -223,7 +248,7 @@ class Static(Objective):
             "objective": "static",
             "mc_static_utility": float(utility(from_samples(values))),
             "mc_static_utility_stderr": float(resampled.std()),
-            "static_threshold": float(np.mean(constants)),
+            "static_threshold": _mean_thresholds(constants),
         }
 
     def exact_summary(self, references, greedy, monte_carlo) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from rs_lightning.references.policy_iteration import (
     settled_path,
 )
 from rs_lightning.risk import ReturnDistribution, Utility, combine_utility, from_cdf
+from rs_lightning.risk.measures import spectrum
 
 Env = Union[str, type[GridWorld], GridWorld]
 # Model settings that decide the laws, hashable for the caches: (class, max_steps, trap_terminal).
@@ -73,7 +74,7 @@ _TIE = 1e-12
 # --------------------------------------------------------------------------- utility of a law
 
 # Risk measures with a closed form on a Gaussian mixture; others go through a fine CDF grid.
-CLOSED_FORM_RISKS = ("var", "cvar")
+CLOSED_FORM_RISKS = ("var", "cvar", "spectral")
 GRID_POINTS = 4001
 TAIL_SIGMAS = 8.0
 
@@ -90,10 +91,14 @@ def mixture_as_distribution(
 
 
 def mixture_risk(mixture: GaussianMixture, utility: Utility) -> float:
-    """R[mixture] for the utility's risk measure: closed form for VaR / CVaR / E, else the
-    registered measure applied to the mixture on a fine grid."""
+    """R[mixture] for the utility's risk measure: closed form for VaR / CVaR / E and a
+    spectral measure (its CVaRs), else the registered measure applied to the mixture on a
+    fine grid."""
     if utility.risk == "expectation":
         return mixture.mean()
+    if utility.risk == "spectral":
+        levels, weights = spectrum(utility.params["levels"], utility.params["weights"])
+        return sum(w * mixture.risk(rho, "cvar") for rho, w in zip(levels, weights))
     if utility.risk in CLOSED_FORM_RISKS:
         return mixture.risk(utility.params["rho"], utility.risk)
     return float(utility.risk_value(mixture_as_distribution(mixture)))

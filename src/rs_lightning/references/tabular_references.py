@@ -47,6 +47,17 @@ DP's value, delta_y the widest spacing the thresholds meet (a loose bound; measu
 walking: 1001, 2001 and 4001 thresholds give -15.920, -15.905 and -15.898, halving the
 difference each time, so 2001 is about 0.015 below the limit).
 
+Static spectral risk, alpha E[S] + (1 - alpha) sum_i w_i CVaR_rho_i[S] with two levels: the
+same with two thresholds, max_b E[alpha S + (1 - alpha) sum_i w_i (b_i - (b_i - S)^+ / rho_i)].
+For a fixed offset e = b_2 - b_1 the programme above runs on y, the remainder's threshold of
+b_2 (that of b_1 is y - e / gamma^t), with the same ends: below every return neither is
+crossed, and the grid reaches high + e / gamma^H, above which both always are; the best b_2 is
+read off its grid as before. The offset is searched (a coarse grid over the returns' spread,
+then a local refinement, :func:`static_spectral_optimum`), so the value is a policy's (a
+lower bound on the optimum) and the optimum when the search finds the best offset; on the
+small instances of ``tests/test_benchmark_worlds.py`` it meets the brute force over every
+policy within the threshold grid's error.
+
 Static VaR: alpha E[S] + (1 - alpha) VaR_rho[S] has no expected-utility form, and its best
 deterministic policy is a chance-constrained programme (the best alpha E among the policies
 with P(S < y) <= rho, then the best y: such a policy has VaR_rho >= y); it is bounded from
@@ -85,6 +96,7 @@ from rs_lightning.references.policy_iteration import (
     settled_path,
 )
 from rs_lightning.risk import ReturnDistribution, Utility
+from rs_lightning.risk.measures import spectrum
 
 # Environments with more states than this get no references: the laws cost states x atoms
 # a sweep (cliff walking's 48 and FrozenLake 8x8's 64 take seconds, Taxi's 500 minutes).
@@ -97,6 +109,11 @@ MAX_ATOMS = 10001
 REWARD_FRACTION = 20
 # Points of the threshold grid of the static CVaR dynamic programme.
 THRESHOLDS = 2001
+# The static spectral programme: its threshold grid (one programme per offset searched), the
+# offsets of the coarse search and the halvings of its local refinement.
+SPECTRAL_THRESHOLDS = 1001
+SPECTRAL_OFFSETS = 17
+SPECTRAL_REFINEMENTS = 6
 # The static VaR programme: its threshold grid, and the penalties of its Lagrangian,
 # (return range) x 2^k, besides 0 (module docstring, "Static VaR").
 VAR_THRESHOLDS = 501
@@ -577,6 +594,77 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
     return StaticOptimum(float(totals[best]), float(ys[best]))
 
 
+def _spectral_programme(grid: _ThresholdGrid, alpha: float, kappas: np.ndarray,
+                        weights: np.ndarray, offset: float, gamma: float
+                        ) -> tuple[float, float]:
+    """The best alpha E[S] + (1 - alpha) sum_i w_i (b_i - E[(b_i - S)^+] / rho_i) over
+    policies of (state, step, return so far) and over b_2 on the grid, with b_1 = b_2 -
+    ``offset`` (module docstring): (its value, that b_2). ``kappas`` = (1 - alpha) w / rho."""
+    model, ys = grid.model, grid.ys
+    shifts = np.array([offset, 0.0])  # b_2 - b_i
+
+    def penalty(levels: np.ndarray, t: int) -> np.ndarray:
+        """sum_i kappa_i (y_i)^+ at step t, y_i = levels - shift_i / gamma^t."""
+        return sum(k * np.maximum(levels - e * gamma ** -t, 0.0) for k, e in zip(kappas, shifts))
+
+    w = np.repeat(-penalty(ys, grid.horizon)[None, :], model.n_states, 0)  # W_H
+    total_kappa = float(kappas.sum())
+    for t in range(grid.horizon - 1, -1, -1):
+        mean = grid.best_mean[t + 1][:, None]
+        outcome_values = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
+        for i, r in enumerate(grid.rewards):
+            query = grid.queries[i]  # the remainder's threshold of b_2 after reward r
+            crossed = sum(k * (query - e * gamma ** -(t + 1)) for k, e in zip(kappas, shifts))
+            value = grid.at_next_threshold(w, i, alpha * mean,
+                                           (alpha + total_kappa) * mean - crossed)
+            outcome_values[i, :-1] = alpha * r + gamma * value
+            outcome_values[i, -1] = alpha * r - penalty(ys - r, t)
+        w = grid.action_values(outcome_values).max(1)
+    totals = (1.0 - alpha) * (weights.sum() * ys - weights[0] * offset) + model.start @ w
+    best = int(np.argmax(totals))
+    return float(totals[best]), float(ys[best])
+
+
+def static_spectral_optimum(model: TabularModel, alpha: float, levels: tuple[float, ...],
+                            weights: tuple[float, ...], gamma: float,
+                            thresholds: int = SPECTRAL_THRESHOLDS) -> StaticOptimum | None:
+    """max over policies of (state, step, return so far) of alpha E[S] + (1 - alpha)
+    sum_i w_i CVaR_rho_i[S] (module docstring, "Static spectral risk"): one level is the
+    CVaR programme, two search the offset b_2 - b_1, more get None. ``threshold`` is b_2."""
+    if len(levels) == 1:
+        return static_cvar_optimum(model, alpha, levels[0], gamma)
+    if len(levels) > 2:
+        return None
+    kappas = (1.0 - alpha) * np.asarray(weights) / np.asarray(levels)
+    low, high = return_bounds(model, gamma)
+    horizon = _horizon(model, gamma)
+    spread = high - low
+    # Above high + spread / gamma^H every threshold of any offset is above every return.
+    grid = _threshold_setup(model, gamma, thresholds, reach=spread * gamma ** -horizon)
+    start_value, _ = optimal_expectation(model, gamma)
+    # The offsets b_2 - b_1 = VaR_rho_2 - VaR_rho_1 of the best law: between 0 and the width
+    # of the returns' likely range (threshold_grid's fine part), then refined around the best.
+    likely = min(spread, 3.0 * max(abs(start_value), high - start_value) + high - start_value)
+    found: dict[float, tuple[float, float]] = {}
+
+    def evaluate(offset: float) -> None:
+        offset = float(min(max(offset, 0.0), spread))
+        if offset not in found:
+            found[offset] = _spectral_programme(grid, alpha, kappas, np.asarray(weights),
+                                                offset, gamma)
+
+    step = likely / (SPECTRAL_OFFSETS - 1)
+    for offset in np.linspace(0.0, likely, SPECTRAL_OFFSETS):
+        evaluate(offset)
+    for _ in range(SPECTRAL_REFINEMENTS):
+        best = max(found, key=lambda e: found[e][0])
+        step /= 2.0
+        evaluate(best - step)
+        evaluate(best + step)
+    best = max(found, key=lambda e: found[e][0])
+    return StaticOptimum(*found[best])
+
+
 @dataclass(frozen=True, eq=False)
 class _ThresholdGrid:
     """What the threshold programmes share: the thresholds ``ys``, the horizon, the
@@ -616,18 +704,24 @@ class _ThresholdGrid:
         return q
 
 
-def _threshold_setup(model: TabularModel, gamma: float, thresholds: int) -> _ThresholdGrid:
+def _threshold_setup(model: TabularModel, gamma: float, thresholds: int,
+                     reach: float = 0.0) -> _ThresholdGrid:
+    """The grid of :func:`threshold_grid`, continued ``reach`` above the returns' range
+    (a tenth more points, evenly); above its top a threshold counts as always crossed."""
     horizon = _horizon(model, gamma)
     low, high = return_bounds(model, gamma)
     start_value, best_mean = optimal_expectation(model, gamma)
     ys = threshold_grid(low, high, start_value, thresholds)
+    if reach > 0.0:
+        ys = np.unique(np.concatenate([ys, np.linspace(high, high + reach, thresholds // 10)]))
+    top = float(ys[-1])
     rewards = np.unique(model.rewards[model.probs > 0])
     queries = [(ys - r) / gamma for r in rewards]
     positions = []
     for q in queries:
         lower = np.clip(np.searchsorted(ys, q, side="right") - 1, 0, len(ys) - 2)
         share = np.clip((q - ys[lower]) / (ys[lower + 1] - ys[lower]), 0.0, 1.0)
-        positions.append((lower, share, q < low, q > high))
+        positions.append((lower, share, q < low, q > top))
     # Each outcome's reward (its index in ``rewards``) and where it leads: a terminal
     # outcome leads to a row n_states that holds the value of ending with that reward.
     reward_index = np.searchsorted(rewards, model.rewards).clip(0, len(rewards) - 1)
@@ -708,21 +802,25 @@ def threshold_grid(low: float, high: float, start_value: float, points: int = TH
 
 def static_optimum(model: TabularModel, utility: Utility, gamma: float
                    ) -> StaticOptimum | None:
-    """The static optimum for the expectation and for alpha E + (1 - alpha) CVaR_rho, and
-    bounds on it for alpha E + (1 - alpha) VaR_rho; None for other measures."""
+    """The static optimum for the expectation, for alpha E + (1 - alpha) CVaR_rho and for
+    a spectral measure of at most two levels, and bounds on it for alpha E + (1 - alpha)
+    VaR_rho; None for other measures."""
     if utility.alpha == 1.0 or utility.risk == "expectation":
         return StaticOptimum(optimal_expectation(model, gamma)[0], None)
     if utility.risk == "cvar":
         return static_cvar_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
     if utility.risk == "var":
         return static_var_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
+    if utility.risk == "spectral":
+        return static_spectral_optimum(model, utility.alpha, *spectrum(
+            utility.params["levels"], utility.params["weights"]), gamma)
     return None
 
 
 # --------------------------------------------------------------------------- references
 
 # Risk measures whose per-decision fixed point and static optimum are computed.
-REFERENCE_RISKS = ("expectation", "var", "cvar")
+REFERENCE_RISKS = ("expectation", "var", "cvar", "spectral")
 
 
 def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float
@@ -809,5 +907,5 @@ __all__ = [
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
-    "static_optimum", "static_utility", "static_var_optimum", "tabular_model", "uniform_random_utility",
+    "static_optimum", "static_spectral_optimum", "static_utility", "static_var_optimum", "tabular_model", "uniform_random_utility",
 ]

@@ -29,6 +29,7 @@ from rs_lightning.risk.measures import (
     mean_variance,
     power,
     risk_measure,
+    spectral,
     value_at_risk,
     wang,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "mean_variance",
     "power",
     "risk_measure",
+    "spectral",
     "value_at_risk",
     "wang",
 ]

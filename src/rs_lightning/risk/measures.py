@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -287,6 +288,49 @@ def cpw(dist: ReturnDistribution, eta: float) -> Tensor:
     # g carries no gradient: gradients flow through the values, not through the
     # probabilities (acting and target actions need none).
     return distortion_risk(dist, lambda u: cpw_distortion(u, eta))
+
+
+def spectrum(levels, weights) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The checked step spectrum of :func:`spectral`: ``levels`` strictly increasing in
+    [MIN_LEVEL, 1], ``weights`` positive and summing to 1, one per level (as float tuples)."""
+    levels = tuple(float(rho) for rho in levels)
+    weights = tuple(float(w) for w in weights)
+    if not levels or len(levels) != len(weights):
+        raise ValueError(f"risk.weights: one weight per level, got {len(weights)} weights for "
+                         f"{len(levels)} levels")
+    for rho in levels:
+        if not MIN_LEVEL <= rho <= 1.0:
+            raise ValueError(f"risk.levels: each level must lie in [{MIN_LEVEL:.4g}, 1], "
+                             f"got {rho!r}")
+    if any(b <= a for a, b in itertools.pairwise(levels)):
+        raise ValueError(f"risk.levels: must be strictly increasing, got {list(levels)}")
+    if not all(math.isfinite(w) and w > 0 for w in weights) or abs(sum(weights) - 1.0) > 1e-9:
+        raise ValueError(f"risk.weights: must be positive and sum to 1, got {list(weights)}")
+    return levels, weights
+
+
+def spectral_fractions(tau: Tensor, levels, weights) -> Tensor:
+    """beta of a step spectrum: [0, 1] split into pieces of lengths w_i, tau in piece i
+    mapped onto [0, rho_i] (so E over tau is sum_i w_i CVaR_rho_i)."""
+    levels, weights = spectrum(levels, weights)
+    rho = torch.tensor(levels, dtype=tau.dtype, device=tau.device)
+    w = torch.tensor(weights, dtype=tau.dtype, device=tau.device)
+    ends = w.cumsum(0)
+    piece = torch.searchsorted(ends, tau.contiguous(), right=True).clamp_(max=len(levels) - 1)
+    start = ends[piece] - w[piece]
+    return (rho[piece] * (tau - start) / w[piece]).clamp(0.0, 1.0)
+
+
+@risk_measure("spectral", fraction_map=spectral_fractions)
+def spectral(dist: ReturnDistribution, levels, weights) -> Tensor:
+    """sum_i w_i CVaR_rho_i[Z]: the spectral risk measure (Acerbi, 2002) of the step
+    spectrum phi(u) = sum_i (w_i / rho_i) 1{u <= rho_i}, a weighted mean of the lower tails.
+    Any spectral measure is a limit of these; ``levels`` (0.1, 1) with weights (w, 1 - w) is
+    w CVaR_0.1 + (1 - w) E. Its static form has one threshold per level
+    (:mod:`rs_lightning.risk.static`)."""
+    levels, weights = spectrum(levels, weights)
+    terms = [w * conditional_value_at_risk(dist, rho) for rho, w in zip(levels, weights)]
+    return functools.reduce(torch.add, terms)
 
 
 # --------------------------------------------------------------------------------------------

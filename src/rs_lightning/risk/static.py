@@ -14,6 +14,11 @@ The action rule at an augmented state, per measure of U = alpha E + (1 - alpha) 
   U(S) = max_b E[h_b(S)], h_b(s) = alpha s + (1 - alpha)(b - (b - s)^+ / rho), and for a
   fixed b the argmax of E[h_b(c + gamma^t Z)] over actions is argmax E[alpha Z - (1 - alpha)
   (b~ - Z)^+ / rho], b~ = (b - c) / gamma^t: exact in the augmented MDP.
+- ``spectral`` (sum_i w_i CVaR_rho_i): the same with one threshold per level, b = (b_1, ...,
+  b_m): U(S) = max_b E[alpha S + (1 - alpha) sum_i w_i (b_i - (b_i - S)^+ / rho_i)], and the
+  rule argmax E[alpha Z - (1 - alpha) sum_i w_i (b~_i - Z)^+ / rho_i]: exact too (the
+  supremum representation of a spectral measure that QRSRM builds on, Moghimi & Ku, 2025).
+  The best b_i is VaR_rho_i(S), so the candidates are non-decreasing in i.
 - ``var``: VaR has no such expected-utility form. The rule is the shortfall-probability one,
   E[alpha S] - (1 - alpha) W P(S < b) / rho with W = return_max - return_min, i.e.
   argmax alpha E[Z] - (1 - alpha) (W / gamma^t) P(Z < b~) / rho: nearly lexicographic (keep
@@ -27,22 +32,26 @@ The action rule at an augmented state, per measure of U = alpha E + (1 - alpha) 
 
 The threshold of an episode: at its start x0 = (s0, 0, 1, b) the b of a grid over the support
 maximising max_a of the threshold value (the rule's quantity with the b terms it drops:
-cvar: alpha E[Z] + (1 - alpha)(b - E[(b - Z)^+] / rho); var: alpha E[Z] + (1 - alpha)(b -
-W (P(Z < b) - rho)^+ / rho)).
+cvar: alpha E[Z] + (1 - alpha)(b - E[(b - Z)^+] / rho), spectral: the same summed over the
+levels with their weights; var: alpha E[Z] + (1 - alpha)(b - W (P(Z < b) - rho)^+ / rho)).
+Thresholds carry a last axis of one entry per level (one for var and cvar).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from rs_lightning.risk.distribution import ReturnDistribution
-from rs_lightning.risk.measures import Utility, expectation
+from rs_lightning.risk.measures import Utility, expectation, spectrum
 
-THRESHOLD_MEASURES = ("cvar", "var")  # measures with a threshold (dual) form
-N_FEATURES = 3  # c, gamma^t, b
+THRESHOLD_MEASURES = ("cvar", "var", "spectral")  # measures with a threshold (dual) form
+# Candidate threshold vectors an episode's start may search (a spectral measure with m levels
+# has C(G + m - 1, m) of them on a grid of G values).
+MAX_CANDIDATES = 25_000
 
 
 @dataclass(frozen=True)
@@ -64,46 +73,76 @@ class StaticObjective:
 
     @property
     def has_threshold(self) -> bool:
-        """Whether the rule depends on a threshold b (var, cvar with alpha < 1)."""
+        """Whether the rule depends on a threshold b (var, cvar, spectral with alpha < 1)."""
         return self.utility.risk in THRESHOLD_MEASURES and self.utility.alpha < 1.0
+
+    @property
+    def levels(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The levels rho_i of the thresholds and their weights w_i: ((rho,), (1,)) for var
+        and cvar, the spectrum of a spectral measure."""
+        params = self.utility.params
+        if self.utility.risk == "spectral":
+            return spectrum(params["levels"], params["weights"])
+        return (float(params["rho"]),), (1.0,)
+
+    @property
+    def n_thresholds(self) -> int:
+        """m, the thresholds an episode carries: one per level (one, at 0, without a rule
+        that reads it)."""
+        return len(self.levels[0]) if self.has_threshold else 1
+
+    @property
+    def n_features(self) -> int:
+        """The augmented input's width: c, gamma^t and the m thresholds."""
+        return 2 + self.n_thresholds
 
     # ------------------------------------------------------------- the network's input
     def features(self, accumulated: Tensor, discount: Tensor, threshold: Tensor) -> Tensor:
-        """The augmented input ``[..., 3]`` (float32): c and b divided by the support's
-        width, gamma^t as it is (one place for the scaling; :meth:`decode` inverts it)."""
-        return torch.stack([accumulated / self.width, discount, threshold / self.width],
-                           dim=-1).to(torch.float32)
+        """The augmented input ``[..., 2 + m]`` (float32): c and b divided by the support's
+        width, gamma^t as it is (one place for the scaling; :meth:`decode` inverts it).
+        ``threshold[..., m]`` (or ``[...]`` when m is 1)."""
+        threshold = threshold.reshape(*accumulated.shape, self.n_thresholds)
+        return torch.cat([torch.stack([accumulated / self.width, discount], dim=-1),
+                          threshold / self.width], dim=-1).to(torch.float32)
 
     def decode(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(c, gamma^t, b) of augmented observations ``obs[..., D + 3]``."""
-        tail = obs[..., -N_FEATURES:].double()
-        return tail[..., 0] * self.width, tail[..., 1], tail[..., 2] * self.width
+        """(c ``[...]``, gamma^t ``[...]``, b ``[..., m]``) of augmented observations
+        ``obs[..., D + 2 + m]``."""
+        tail = obs[..., -self.n_features:].double()
+        return tail[..., 0] * self.width, tail[..., 1], tail[..., 2:] * self.width
 
     def candidate_thresholds(self, device=None) -> Tensor:
-        """The grid of thresholds searched at an episode's start ``[G]`` (float64)."""
+        """The thresholds searched at an episode's start ``[G, m]`` (float64): a grid over
+        the support, and with several levels every non-decreasing vector of its values."""
         if not self.has_threshold:
-            return torch.zeros(1, dtype=torch.float64, device=device)
-        return torch.linspace(self.return_min, self.return_max, self.thresholds,
+            return torch.zeros(1, 1, dtype=torch.float64, device=device)
+        grid = torch.linspace(self.return_min, self.return_max, self.thresholds,
                               dtype=torch.float64, device=device)
+        if self.n_thresholds == 1:
+            return grid[:, None]
+        vectors = itertools.combinations_with_replacement(range(self.thresholds),
+                                                          self.n_thresholds)
+        return grid[torch.tensor(list(vectors), device=device)]
 
     # ------------------------------------------------------------------ the rules
     def scores(self, dist: ReturnDistribution, accumulated: Tensor, discount: Tensor,
                threshold: Tensor) -> Tensor:
         """The rule's score of each action: ``dist[..., A, K]`` with one (c, gamma^t, b) per
-        row ``[...]`` -> ``[..., A]`` (module docstring)."""
-        return static_scores(dist, self.utility, accumulated, discount, threshold, self.width)
+        row (``[...]``, ``[...]``, ``[..., m]``) -> ``[..., A]`` (module docstring)."""
+        return static_scores(dist, self, accumulated, discount, threshold)
 
     def threshold_values(self, dist: ReturnDistribution, threshold: Tensor) -> Tensor:
-        """The value of threshold b at an episode's start (c = 0, gamma^0 = 1), action by
-        action: ``dist[..., A, K]``, ``threshold[...]`` -> ``[..., A]``."""
-        return threshold_value(dist, self.utility, threshold, self.width)
+        """The value of thresholds b at an episode's start (c = 0, gamma^0 = 1), action by
+        action: ``dist[..., A, K]``, ``threshold[..., m]`` -> ``[..., A]``."""
+        return threshold_value(dist, self, threshold)
 
     def choose_action(self, accumulated: Tensor, discount: Tensor, threshold: Tensor
                       ) -> StaticArgmax:
         return StaticArgmax(self, accumulated, discount, threshold)
 
     def choose_action_at(self, obs: Tensor) -> StaticArgmax:
-        """The rule for augmented observations ``obs[..., D + 3]`` (their own c, gamma^t, b)."""
+        """The rule for augmented observations ``obs[..., D + 2 + m]`` (their own c, gamma^t,
+        b)."""
         return self.choose_action(*self.decode(obs))
 
 
@@ -115,55 +154,69 @@ def _shifted(dist: ReturnDistribution, accumulated: Tensor, discount: Tensor
     return ReturnDistribution(c + g * dist.values, dist.probs)
 
 
-def _rho(utility: Utility) -> float:
-    return float(utility.params["rho"])
+def _shortfall(dist: ReturnDistribution, levels: Tensor, objective: StaticObjective
+               ) -> Tensor:
+    """sum_i w_i E[(b_i - Z)^+] / rho_i: ``dist[..., A, K]`` against thresholds
+    ``levels[..., m]`` (one vector per row, shared by its actions) -> ``[..., A]``."""
+    rhos, weights = objective.levels
+    total = None
+    for i, (rho, weight) in enumerate(zip(rhos, weights)):
+        level = levels[..., i, None, None]
+        term = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1) / rho
+        term = term if weight == 1.0 else weight * term
+        total = term if total is None else total + term
+    return total
 
 
-def static_scores(dist: ReturnDistribution, utility: Utility, accumulated: Tensor,
-                  discount: Tensor, threshold: Tensor, width: float) -> Tensor:
+def static_scores(dist: ReturnDistribution, objective: StaticObjective, accumulated: Tensor,
+                  discount: Tensor, threshold: Tensor) -> Tensor:
     """argmax over the last dimension of the result is the static rule (module docstring):
-    ``dist[..., A, K]`` and per-row ``accumulated``, ``discount``, ``threshold`` ``[...]``."""
+    ``dist[..., A, K]``, per-row ``accumulated`` and ``discount`` ``[...]`` and
+    ``threshold[..., m]``."""
+    utility = objective.utility
     if utility.alpha == 1.0 or utility.risk == "expectation":
         return expectation(dist)
     if utility.risk in THRESHOLD_MEASURES:
         dtype = dist.values.dtype
         g = discount.to(dtype)
-        level = ((threshold.to(dtype) - accumulated.to(dtype)) / g)[..., None, None]  # b~
+        levels = (threshold.to(dtype) - accumulated.to(dtype)[..., None]) / g[..., None]  # b~
         mean = expectation(dist)
-        rho = _rho(utility)
-        if utility.risk == "cvar":
-            shortfall = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1)
-            penalty = shortfall / rho
+        if utility.risk == "var":
+            below = (dist.probs * (dist.values < levels[..., 0, None, None])).sum(-1)
+            penalty = (objective.width / g)[..., None] * below / objective.levels[0][0]
         else:
-            below = (dist.probs * (dist.values < level)).sum(-1)
-            penalty = (width / g)[..., None] * below / rho
+            penalty = _shortfall(dist, levels, objective)
         return utility.alpha * mean - (1.0 - utility.alpha) * penalty
     return utility(_shifted(dist, accumulated, discount))
 
 
-def threshold_value(dist: ReturnDistribution, utility: Utility, threshold: Tensor,
-                    width: float) -> Tensor:
-    """The start's value of threshold b for each action (module docstring); for a measure
-    without a threshold form, U[Z] (b plays no part)."""
+def threshold_value(dist: ReturnDistribution, objective: StaticObjective, threshold: Tensor
+                    ) -> Tensor:
+    """The start's value of thresholds ``threshold[..., m]`` for each action of
+    ``dist[..., A, K]`` (module docstring); for a measure without a threshold form, U[Z]
+    (b plays no part)."""
+    utility = objective.utility
     if utility.risk not in THRESHOLD_MEASURES or utility.alpha == 1.0:
         return utility(dist)
     b = threshold.to(dist.values.dtype)
-    level = b[..., None, None]
     mean = expectation(dist)
-    rho = _rho(utility)
-    if utility.risk == "cvar":
-        shortfall = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1)
-        risk = b[..., None] - shortfall / rho
+    if utility.risk == "var":
+        rho = objective.levels[0][0]
+        below = (dist.probs * (dist.values < b[..., 0, None, None])).sum(-1)
+        risk = b[..., 0, None] - objective.width * (below - rho).clamp(min=0.0) / rho
     else:
-        below = (dist.probs * (dist.values < level)).sum(-1)
-        risk = b[..., None] - width * (below - rho).clamp(min=0.0) / rho
+        _, weights = objective.levels
+        weighted = sum(w * b[..., i] for i, w in enumerate(weights)) if len(weights) > 1 \
+            else b[..., 0]
+        risk = weighted[..., None] - _shortfall(dist, b, objective)
     return utility.alpha * mean + (1.0 - utility.alpha) * risk
 
 
 @dataclass(frozen=True)
 class StaticArgmax:
     """The static rule as an agent's ``choose_action``: a ``[..., B, A, K]`` distribution
-    -> actions ``[..., B]``, each row at its own (c, gamma^t, b) (``[..., B]`` each).
+    -> actions ``[..., B]``, each row at its own (c, gamma^t, b) (``[..., B]``, ``[..., B]``,
+    ``[..., B, m]``).
     ``utility`` is None: an agent's own route to a utility (IQN's native one) evaluates U of
     Z, not this rule, so the common route is taken."""
 
