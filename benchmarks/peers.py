@@ -38,7 +38,9 @@ the caps. The clock is the same for every library: wall seconds from the first e
 step of training (the warm-up collection before the first update included) to the
 evaluation, every evaluation left out; process start-up, imports and building the networks
 and environments are not counted. Every library evaluates every ``--eval-every`` (2,000)
-environment steps: the same 20 greedy episodes (epsilon 0) on fresh environments. Every run is
+environment steps: 20 greedy episodes (epsilon 0) on fresh environments (the SB3 peers play
+the very episodes our run of the same seed plays, the same reset seeds at every evaluation;
+Tianshou's test collector its own). Every run is
 a process of its own with one torch thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``), and the runs go seed by seed, each seed round-robin over the
 libraries (the starting one rotating with the seed), so that the load of a shared machine
@@ -784,16 +786,33 @@ def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
                      **SB3_ZOO[args.world][peer])
 
 
+def greedy_returns(act, env, starts) -> list[float]:
+    """The undiscounted return of one episode of ``act`` (observation -> action) from each
+    reset seed of ``starts``: a peer plays the very episodes our run of the same seed
+    evaluates on (``rs_lightning.analysis.evaluation.episode_seeds``), the same starts at
+    every evaluation, as ours."""
+    returns = []
+    for start in starts:
+        obs, _ = env.reset(seed=int(start))
+        total, ended = 0.0, False
+        while not ended:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            ended = terminated or truncated
+        returns.append(total)
+    return returns
+
+
 def _sb3(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.monitor import Monitor
+
+    from rs_lightning.analysis.evaluation import episode_seeds
 
     world = WORLDS[args.world]
     model = _sb3_model(peer, seed, args)
-    eval_env = Monitor(gym.make(world.env_id))
-    eval_env.reset(seed=seed + 10_000)
+    eval_env = gym.make(world.env_id)
+    starts = episode_seeds(seed, world.episodes)  # the episodes our run of this seed plays
     clock = _Clock()
     evaluations: list[dict[str, Any]] = []
 
@@ -805,8 +824,8 @@ def _sb3(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
                 return True
             paused = time.perf_counter()
             train_seconds = clock.seconds()
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=world.episodes,
-                                      deterministic=True)
+            mean = statistics.fmean(greedy_returns(
+                lambda obs: self.model.predict(obs, deterministic=True)[0], eval_env, starts))
             evaluations.append({"env_steps": int(self.num_timesteps),
                                 "train_seconds": round(train_seconds, 3),
                                 "expectation": float(mean)})

@@ -330,3 +330,29 @@ peers.main(["--world", "pendulum", "--agents", "--peers", "sb3_sac", "--seeds", 
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):  # reaped by the benchmark before it exited
         os.kill(worker, 0)
+
+
+def test_a_peer_plays_the_very_episodes_our_evaluation_plays(compose):
+    """The SB3 peers' evaluation (greedy_returns on episode_seeds) and our periodic one start
+    from the same states: a fixed policy (a constant torque on Pendulum, whose start is all
+    that varies) gets the same ten returns from both, and the same again at a later
+    evaluation (the starts do not move on)."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from rs_lightning.analysis.evaluation import episode_seeds, play_episodes, rollout_policy
+    from rs_lightning.config.schema import validate
+    from rs_lightning.risk import Utility
+
+    env_config = validate(compose(["experiment=pendulum", "agent=tqc"])).train.env
+    torque = 0.5  # of the [-1, 1] box ours acts in: 1.0 N m on Pendulum's [-2, 2]
+    ours = play_episodes(rollout_policy(lambda rows: torch.full((len(rows), 1), torque),
+                                        Utility(1.0, "expectation")),
+                         env_config, episodes=10, seed=3, batch_envs=10).returns
+    env = gym.make("Pendulum-v1")
+    starts = episode_seeds(3, 10)
+    theirs = [peers.greedy_returns(lambda obs: np.array([2.0 * torque], dtype=np.float32), env,
+                                   starts) for _ in range(2)]
+    np.testing.assert_allclose(theirs[0], ours, rtol=1e-5)
+    assert theirs[1] == theirs[0] and len(set(np.round(ours, 3))) == 10

@@ -189,6 +189,25 @@ def test_the_var_rule_is_the_shortfall_probability_form():
     torch.testing.assert_close(low, 0.5 * torch.tensor([[0.5, 1.25]], dtype=torch.float64))
 
 
+def test_a_stray_tail_mass_below_the_threshold_flips_the_var_rule_not_the_cvar_rule():
+    """RS-UMDQN-C's static two-stage limit (docs/guides/objectives.md, "Results"): at the
+    coin cell after the lucky stage (c = -0.1, gamma^t = 0.9, b = -2.125) its CDF network puts
+    1.2 % of the gamble's law below b~ = -2.25, where the true law has none. The var rule
+    weighs that probability by W / (gamma^t rho) = 67 and takes the safe goal; the cvar rule
+    weighs it by the shortfall's size (0.05) and keeps the gamble, the static optimum."""
+    safe = [0.5, 0.5, 0.5]
+    gamble = [-2.3, -1.0, 2.0]
+    law = ReturnDistribution(torch.tensor([[safe, gamble]], dtype=torch.float64),
+                             torch.tensor([[[0.0, 1.0, 0.0], [0.012, 0.25, 0.738]]],
+                                          dtype=torch.float64))
+    at_coin = (torch.tensor([-0.1]), torch.tensor([0.9]), torch.tensor([-2.125]))
+    assert int(objective("var").choose_action(*at_coin)(law)[0]) == 0  # the safe goal
+    assert int(objective("cvar").choose_action(*at_coin)(law)[0]) == 1  # the gamble
+    clean = ReturnDistribution(law.values, torch.tensor([[[0.0, 1.0, 0.0], [0.0, 0.25, 0.75]]],
+                                                        dtype=torch.float64))
+    assert int(objective("var").choose_action(*at_coin)(clean)[0]) == 1  # without the stray mass
+
+
 @pytest.mark.parametrize("risk,params", [("wang", {"eta": -0.75}), ("entropic", {"beta": 1.0}),
                                          ("mean_variance", {"lam": 0.5})])
 def test_other_measures_take_the_utility_of_the_shifted_law(risk, params):
