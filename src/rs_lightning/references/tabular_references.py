@@ -641,7 +641,7 @@ def static_spectral_optimum(model: TabularModel, alpha: float, levels: tuple[flo
     spread = high - low
     # Above high + spread / gamma^H every threshold of any offset is above every return.
     grid = _threshold_setup(model, gamma, thresholds, reach=spread * gamma ** -horizon)
-    start_value, _ = optimal_expectation(model, gamma)
+    start_value = float(model.start @ grid.best_mean[0])  # optimal_expectation's, as computed
     # The offsets b_2 - b_1 = VaR_rho_2 - VaR_rho_1 of the best law: between 0 and the width
     # of the returns' likely range (threshold_grid's fine part), then refined around the best.
     likely = min(spread, 3.0 * max(abs(start_value), high - start_value) + high - start_value)

@@ -39,6 +39,7 @@ Thresholds carry a last axis of one entry per level (one for var and cvar).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ class StaticObjective:
         """Whether the rule depends on a threshold b (var, cvar, spectral with alpha < 1)."""
         return self.utility.risk in THRESHOLD_MEASURES and self.utility.alpha < 1.0
 
-    @property
+    @functools.cached_property  # read by the rules of every step: checked once
     def levels(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The levels rho_i of the thresholds and their weights w_i: ((rho,), (1,)) for var
         and cvar, the spectrum of a spectral measure."""
@@ -159,13 +160,9 @@ def _shortfall(dist: ReturnDistribution, levels: Tensor, objective: StaticObject
     """sum_i w_i E[(b_i - Z)^+] / rho_i: ``dist[..., A, K]`` against thresholds
     ``levels[..., m]`` (one vector per row, shared by its actions) -> ``[..., A]``."""
     rhos, weights = objective.levels
-    total = None
-    for i, (rho, weight) in enumerate(zip(rhos, weights)):
-        level = levels[..., i, None, None]
-        term = (dist.probs * (level - dist.values).clamp(min=0.0)).sum(-1) / rho
-        term = term if weight == 1.0 else weight * term
-        total = term if total is None else total + term
-    return total
+    shortfalls = ((dist.probs * (levels[..., i, None, None] - dist.values).clamp(min=0.0)).sum(-1)
+                  for i in range(len(rhos)))
+    return sum(w * shortfall / rho for shortfall, rho, w in zip(shortfalls, rhos, weights))
 
 
 def static_scores(dist: ReturnDistribution, objective: StaticObjective, accumulated: Tensor,
@@ -205,9 +202,7 @@ def threshold_value(dist: ReturnDistribution, objective: StaticObjective, thresh
         below = (dist.probs * (dist.values < b[..., 0, None, None])).sum(-1)
         risk = b[..., 0, None] - objective.width * (below - rho).clamp(min=0.0) / rho
     else:
-        _, weights = objective.levels
-        weighted = sum(w * b[..., i] for i, w in enumerate(weights)) if len(weights) > 1 \
-            else b[..., 0]
+        weighted = sum(w * b[..., i] for i, w in enumerate(objective.levels[1]))
         risk = weighted[..., None] - _shortfall(dist, b, objective)
     return utility.alpha * mean + (1.0 - utility.alpha) * risk
 
