@@ -58,6 +58,16 @@ def play(agent, seed: int, every: int, frames: int) -> tuple[list[tuple[int, flo
         env.close()
 
 
+def setting_label(utility) -> str:
+    """"alpha 1", or alpha, the measure and its parameters (a spectral measure's levels and
+    weights are tuples: their values joined by "/")."""
+    if utility.alpha == 1:
+        return "alpha 1"
+    params = " ".join(f"{key} {'/'.join(f'{x:g}' for x in np.atleast_1d(value))}"
+                      for key, value in utility.params.items())
+    return f"alpha {utility.alpha:g}, {utility.risk} {params}".strip()
+
+
 def draw(shots: list[tuple[int, float, np.ndarray]], total: float, title: str, out: Path) -> None:
     fig, axes = plt.subplots(1, len(shots), figsize=(1.6 * len(shots), 2.4),
                              layout="constrained")
@@ -98,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     agent_name = agent.config.train.agent["name"]
     utility = agent.utility
-    setting = ("alpha 1" if utility.alpha == 1 else
-               f"alpha {utility.alpha:g}, {utility.risk} {' '.join(f'{k} {v:g}' for k, v in utility.params.items())}")
-    draw(shots, total, f"{agent_name} on {env_id}, greedy ({setting.strip()})", args.out)
+    draw(shots, total, f"{agent_name} on {env_id}, greedy ({setting_label(utility)})", args.out)
     print(f"{args.out}: {len(shots)} frames, return {total:.1f}")
     return 0
 

@@ -68,3 +68,15 @@ def test_a_world_without_frames_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "draws no rgb_array frames" in err[0]
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_title_names_the_setting_whatever_its_parameters():
+    """A spectral measure's parameters are tuples: the title joins their values (formatting
+    them as one number raised TypeError)."""
+    from rs_lightning.risk import Utility
+
+    assert policy_strip.setting_label(Utility(1.0, "cvar", {"rho": 0.1})) == "alpha 1"
+    assert policy_strip.setting_label(Utility(0.3, "cvar", {"rho": 0.1})) == "alpha 0.3, cvar rho 0.1"
+    assert policy_strip.setting_label(Utility(0.5, "spectral", {
+        "levels": (0.1, 0.3), "weights": (0.5, 0.5)})) == (
+        "alpha 0.5, spectral levels 0.1/0.3 weights 0.5/0.5")
