@@ -214,3 +214,75 @@ def test_the_tabular_random_reference_averages_the_actions():
     mean = Utility(1.0, "expectation", {})
     assert uniform_random_utility(model, mean, 0.9) == pytest.approx(0.5, abs=1e-3)
     assert static_utility(model, np.array([1]), mean, 0.9) == pytest.approx(1.0, abs=1e-3)
+
+
+def _write_run(folder, config_, summary):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config_))
+    (folder / "eval.json").write_text(json.dumps(summary))
+
+
+def windy_lander(agent="tqc", seed=0):
+    return {"agent": {"name": agent}, "risk": {"name": "cvar", "rho": 0.1}, "alpha": 0.5,
+            "objective": "per_decision", "seed": seed,
+            "env": {"id": "LunarLander-v3", "gamma": 0.99, "grid_size": None,
+                    "kwargs": {"continuous": True, "enable_wind": True, "wind_power": 15.0,
+                               "turbulence_power": 1.5}}}
+
+
+def test_worlds_without_references_get_a_monte_carlo_table(tmp_path, monkeypatch):
+    """Runs on a world without exact references are not ranked: their U, E and R_rho go to
+    a table of their own, per world and method, the IQM over seeds with the range below
+    five seeds and a bootstrap interval from five on; monte_carlo.csv holds every run."""
+    monkeypatch.setattr(benchmark.RandomReferences, "__call__", lambda self, config: (
+        -3.0 if config["env"]["id"] == "rs_lightning/TwoStage-v0" else None))
+    _write_run(tmp_path / "0_exact", config(), {
+        "seed": 0, "expectation": 0.0, "utility": 0.0, "exact_static_utility": -1.0,
+        "per_decision_static_utility": -1.0})
+    utilities = {"tqc": [-60.0, -20.0, 10.0], "dsac": [50.0, 70.0, 80.0, 90.0, 120.0]}
+    for job, (agent, values) in enumerate(utilities.items(), 1):
+        for seed, u in enumerate(values):
+            _write_run(tmp_path / f"{job}_agent={agent}" / f"seed_{seed}", windy_lander(agent, seed),
+                       {"seed": seed, "episodes": 100, "utility": u, "expectation": u + 40.0,
+                        "risk_value": u - 40.0, "expectation_stderr": 3.0})
+    markdown = write_leaderboard(tmp_path)
+    section = markdown.split("## Worlds without exact references (Monte Carlo)")[1]
+    assert "### lunar_lander_windy" in section  # its conf/env name, not lunar_lander's
+    rows = [line for line in section.splitlines() if line.startswith("| dsac") or
+            line.startswith("| tqc")]
+    assert rows[0].startswith("| dsac /") and rows[1].startswith("| tqc /")  # best U first
+    # dsac: 5 seeds, IQM of 50..120 cuts one run at each end -> mean(70, 80, 90) = 80
+    assert "| 5 | 80 |" in rows[0] and "95% CI" in rows[0] and "| 120 | 40 |" in rows[0]
+    # tqc: 3 seeds, IQM = mean of all three (no cut below 4 runs), the seeds' range
+    assert "| 3 | -23.33 | [-60, 10] | range of the runs: 3 seeds x 1 world" in rows[1]
+    mc_rows = (tmp_path / benchmark.MONTE_CARLO_FILE).read_text().splitlines()
+    assert len(mc_rows) == 1 + 8 and mc_rows[0].startswith("job,world,agent,measure")
+    # the scored run is ranked as before, and no Monte Carlo run is said to be left out
+    assert "| 1 | c51 |" in markdown and "left out" not in markdown
+
+
+def test_a_sweep_of_worlds_without_references_alone_still_gets_its_table(tmp_path):
+    for seed in range(2):
+        _write_run(tmp_path / "0_agent=tqc" / f"seed_{seed}", windy_lander(seed=seed),
+                   {"seed": seed, "episodes": 10, "utility": -100.0 + seed,
+                    "expectation": -50.0, "risk_value": None})
+    markdown = write_leaderboard(tmp_path)
+    assert "nothing is ranked" in markdown and "### lunar_lander_windy" in markdown
+    assert "| 2 | -99.5 | [-100, -99] |" in markdown and "| — | 10 |" in markdown
+    assert not (tmp_path / "profiles.png").exists()
+    with pytest.raises(FileNotFoundError, match="no finished run"):
+        write_leaderboard(tmp_path / "empty")
+
+
+def test_score_writes_the_leaderboard_of_finished_sweeps_without_training(tmp_path, capsys):
+    for name in ("a", "b"):
+        _write_run(tmp_path / name / "0_agent=tqc" / "seed_0", windy_lander(),
+                   {"seed": 0, "episodes": 10, "utility": 1.0 if name == "a" else 3.0,
+                    "expectation": 2.0, "risk_value": 0.0})
+    out = tmp_path / "board"
+    assert command.main(["--score", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out),
+                         "--wandb", "off"]) == 0
+    assert "| 2 | 2 | [1, 3] |" in (out / "leaderboard.md").read_text()  # both sweeps pooled
+    assert command.main(["--score", str(tmp_path / "none"), "--wandb", "off"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --score: no finished run in")

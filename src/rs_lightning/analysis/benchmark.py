@@ -31,11 +31,18 @@ seeds, with a stratified bootstrap interval (each world's seeds resampled within
 :func:`rs_lightning.analysis.stats.stratified_estimate`) once every world has at least
 ``MIN_SEEDS_FOR_INTERVAL`` seeds; below that the range of the runs' scores (the seeds of
 every world), labelled so.
+
+**Worlds without exact references** (LunarLander, MinAtar, the continuous worlds): a run
+there has no target to be scored against, so it is not ranked with the others. Its Monte
+Carlo figures (``eval.json``: U, E and R_rho of the greedy policy's episode return S) go to
+a table of their own, per world, in the world's units: per method the IQM over its seeds
+with the same interval rule, best U first (``monte_carlo.csv``, one row per run).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -67,11 +74,12 @@ MIN_SPAN = 1e-9
 # Thresholds of the performance profiles: the share of runs scoring at least tau.
 PROFILE_POINTS = 201
 FILES = ("leaderboard.md", "leaderboard.csv", "scores.csv", "profiles.png")
+MONTE_CARLO_FILE = "monte_carlo.csv"  # the runs on worlds without exact references
 
 
 @dataclass(frozen=True)
-class RunScore:
-    """One run's (one seed's) score and what it is made of (environment reward units)."""
+class Run:
+    """Which run (one seed) of which method on which world."""
 
     job: str
     world: str
@@ -79,6 +87,16 @@ class RunScore:
     measure: str
     objective: str
     seed: int
+
+    @property
+    def method(self) -> tuple[str, str, str]:
+        return self.agent, self.measure, self.objective
+
+
+@dataclass(frozen=True)
+class RunScore(Run):
+    """One run's (one seed's) score and what it is made of (environment reward units)."""
+
     utility: float  # U of the learned policy on the objective it optimised
     target: float  # U*: the per-decision fixed point's, or the static optimum
     random: float  # U of the uniform-random policy
@@ -93,29 +111,52 @@ class RunScore:
     def score(self) -> float:
         return normalised_score(self.utility, self.target, self.random)
 
-    @property
-    def method(self) -> tuple[str, str, str]:
-        return self.agent, self.measure, self.objective
-
 
 def normalised_score(utility: float, target: float, random: float) -> float:
     """(U - U_rand) / (U* - U_rand): 1 at the target, 0 at the uniform-random policy."""
     return (utility - random) / (target - random)
 
 
+@dataclass(frozen=True)
+class MonteCarloRun(Run):
+    """One run (one seed) on a world without exact references: what its greedy policy
+    attains by Monte Carlo (``eval.json``), in the world's units."""
+
+    utility: float  # U of the greedy policy's episode return S
+    expectation: float  # E[S]
+    risk_value: Optional[float]  # R_rho[S] of the run's measure (None at alpha 1 without one)
+    expectation_stderr: Optional[float]
+    episodes: int
+
+
 # ----------------------------------------------------------------------------- reading runs
 def world_names(conf_dir: Optional[Path] = None) -> dict[str, str]:
-    """{gymnasium id: the name of its ``conf/env`` file} (the names the command line uses)."""
+    """The names of the ``conf/env`` files (the names the command line uses), keyed by
+    gymnasium id and by id and keyword arguments (:func:`world_key`): worlds that share an id
+    (LunarLander-v3 with and without wind) keep their own names."""
     from omegaconf import OmegaConf
 
     from rs_lightning.config import CONF_DIR
 
     names: dict[str, str] = {}
     for path in sorted((conf_dir or CONF_DIR).glob("env/*.yaml")):
-        env_id = OmegaConf.load(path).get("id")
-        if isinstance(env_id, str):
-            names.setdefault(env_id, path.stem)
+        env = OmegaConf.to_container(OmegaConf.load(path))
+        if isinstance(env.get("id"), str):
+            names.setdefault(env["id"], path.stem)
+            names.setdefault(world_key(env), path.stem)
     return names
+
+
+def world_key(env: dict[str, Any]) -> str:
+    """A world's identity: its gymnasium id and keyword arguments."""
+    return json.dumps([env.get("id"), env.get("kwargs") or {}], sort_keys=True, default=str)
+
+
+def world_label(env: dict[str, Any], worlds: dict[str, str]) -> str:
+    """The name of the world a run's ``env`` config is: the ``conf/env`` file of its id and
+    keyword arguments, else the first of its id, else the id itself."""
+    env_id = str(env["id"])
+    return worlds.get(world_key(env), worlds.get(env_id, env_id))
 
 
 def measure_label(config: dict[str, Any]) -> str:
@@ -164,37 +205,67 @@ def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[floa
     if not (math.isfinite(target) and math.isfinite(utility)) or target - random <= MIN_SPAN:
         return (f"its target U*={target:.4g} is not above the random policy's {random:.4g}: "
                 "the world ranks nothing with this utility")
-    env_id = str(config["env"]["id"])
     stderr = row.get("mc_static_utility_stderr") if objective == "static" else None
-    return RunScore(job=row["job"], world=worlds.get(env_id, env_id),
+    return RunScore(job=row["job"], world=world_label(config["env"], worlds),
                     agent=str(config["agent"]["name"]), measure=measure_label(config),
                     objective=objective, seed=int(row.get("seed", config.get("seed", 0))),
                     utility=utility, target=target, random=float(random),
                     utility_stderr=None if stderr is None else float(stderr))
 
 
-def collect_scores(sweep_dir: Path) -> tuple[list[RunScore], list[str]]:
-    """Every finished run's score below ``sweep_dir``, and one line for each run left out."""
-    sweep_dir = Path(sweep_dir)
+def monte_carlo_run(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, str]
+                    ) -> MonteCarloRun | str:
+    """The Monte Carlo figures of a run on a world without exact references, or why it has
+    none (one line)."""
+    if "utility" not in row or "expectation" not in row:
+        return "its eval.json has no utility or expectation"
+    objective = str(config.get("objective", row.get("objective", "per_decision")))
+    optional = {key: (None if row.get(key) is None else float(row[key]))
+                for key in ("risk_value", "expectation_stderr")}
+    return MonteCarloRun(job=row["job"], world=world_label(config["env"], worlds),
+                         agent=str(config["agent"]["name"]), measure=measure_label(config),
+                         objective=objective, seed=int(row.get("seed", config.get("seed", 0))),
+                         utility=float(row["utility"]), expectation=float(row["expectation"]),
+                         episodes=int(row.get("episodes", 0)), **optional)
+
+
+@dataclass
+class CollectedRuns:
+    """The runs of one or more sweeps: scored against exact references, by Monte Carlo
+    alone (worlds without references), and one line for each run left out."""
+
+    scores: list[RunScore]
+    monte_carlo: list[MonteCarloRun]
+    left_out: list[str]
+
+
+def collect_runs(*sweep_dirs: Path) -> CollectedRuns:
+    """Every finished run below each of ``sweep_dirs``, scored or with its Monte Carlo
+    figures."""
     worlds, random_of = world_names(), RandomReferences()
-    scores: list[RunScore] = []
-    rows = collect(sweep_dir)
-    left_out = [f"{line} (unreadable)" for line in rows.damaged]
-    for row in rows:
-        try:
-            config = read_config(sweep_dir / row["job"])
-        except DamagedFile as error:
-            left_out.append(str(error))
-            continue
-        if config is None:
-            left_out.append(f"{row['job']}: no config.yaml")
-            continue
-        scored = score_run(row, config, random_of(config), worlds)
-        if isinstance(scored, str):
-            left_out.append(f"{row['job']}: {scored}")
-        else:
-            scores.append(scored)
-    return scores, left_out
+    collected = CollectedRuns([], [], [])
+    for sweep_dir in map(Path, sweep_dirs):
+        rows = collect(sweep_dir)
+        collected.left_out += [f"{line} (unreadable)" for line in rows.damaged]
+        for row in rows:
+            try:
+                config = read_config(sweep_dir / row["job"])
+            except DamagedFile as error:
+                collected.left_out.append(str(error))
+                continue
+            if config is None:
+                collected.left_out.append(f"{row['job']}: no config.yaml")
+                continue
+            random = random_of(config)
+            scored = (score_run(row, config, random, worlds) if random is not None
+                      else monte_carlo_run(row, config, worlds))
+            if isinstance(scored, str):
+                collected.left_out.append(f"{row['job']}: {scored}")
+            elif isinstance(scored, RunScore):
+                collected.scores.append(scored)
+            else:
+                collected.monte_carlo.append(scored)
+    return collected
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -253,6 +324,44 @@ def performance_profile(scores: Iterable[RunScore], taus: np.ndarray
             for method, values in sorted(by_method.items())}
 
 
+@dataclass(frozen=True)
+class MonteCarloSummary:
+    """A method's runs on one world without exact references: IQMs over its seeds."""
+
+    world: str
+    agent: str
+    measure: str
+    objective: str
+    seeds: int
+    utility: Estimate  # IQM of U, with the interval rule of the scores
+    expectation: float  # IQM of E
+    risk_value: Optional[float]  # IQM of R_rho (None where a run has none)
+    episodes: int  # the fewest evaluation episodes of a run
+
+    @property
+    def interval_label(self) -> str:
+        return interval_label(self.utility, self.seeds, 1)
+
+
+def summarize_monte_carlo(runs: Iterable[MonteCarloRun], seed: int = 0
+                          ) -> list[MonteCarloSummary]:
+    """One summary per world and method: by world, best IQM of U first."""
+    groups: dict[tuple[str, tuple[str, str, str]], list[MonteCarloRun]] = defaultdict(list)
+    for run in sorted(runs, key=lambda r: (r.world, r.method, r.seed)):
+        groups[(run.world, run.method)].append(run)
+    summaries = []
+    for (world, (agent, measure, objective)), group in groups.items():
+        risks = [run.risk_value for run in group]
+        summaries.append(MonteCarloSummary(
+            world, agent, measure, objective, seeds=len(group),
+            utility=stratified_estimate([[run.utility for run in group]], seed=seed),
+            expectation=float(interquartile_mean([run.expectation for run in group])),
+            risk_value=None if None in risks else float(interquartile_mean(risks)),
+            episodes=min(run.episodes for run in group)))
+    return sorted(summaries, key=lambda m: (m.world, -m.utility.iqm, m.agent, m.measure,
+                                            m.objective))
+
+
 # ----------------------------------------------------------------------------- outputs
 def _method_name(agent: str, measure: str, objective: str) -> str:
     return f"{agent} / {measure} / {objective}"
@@ -260,6 +369,12 @@ def _method_name(agent: str, measure: str, objective: str) -> str:
 
 def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
                 left_out: list[str]) -> str:
+    if not scores:
+        lines = ["# Benchmark leaderboard", "",
+                 "No run on a world with exact references: nothing is ranked."]
+        if left_out:
+            lines += ["", f"{len(left_out)} run(s) left out: " + "; ".join(left_out)]
+        return "\n".join(lines) + "\n"
     worlds = sorted({run.world for run in scores})
     lines = [
         "# Benchmark leaderboard", "",
@@ -299,6 +414,30 @@ def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
     return "\n".join(lines) + "\n"
 
 
+def monte_carlo_markdown(summaries: list[MonteCarloSummary]) -> str:
+    """The section of the worlds without exact references: one table per world."""
+    lines = [
+        "## Worlds without exact references (Monte Carlo)", "",
+        "U, E and R_rho of the greedy policy's episode return S, in the world's units, from "
+        "each run's final evaluation (eval.json); per method the IQM over its seeds, U's "
+        f"interval a {CONFIDENCE:.0%} bootstrap CI from {MIN_SEEDS_FOR_INTERVAL} seeds on, "
+        "else the range of the seeds. No exact target exists here, so these runs are not "
+        "ranked with the scored ones; within a world, best U first.",
+    ]
+    for world in sorted({m.world for m in summaries}):
+        lines += ["", f"### {world}", "",
+                  "| method | seeds | IQM U | interval | interval is | IQM E | IQM R_rho | "
+                  "episodes a run |",
+                  "|---|---:|---:|---|---|---:|---:|---:|"]
+        for m in (m for m in summaries if m.world == world):
+            u = m.utility
+            risk = "—" if m.risk_value is None else f"{m.risk_value:.4g}"
+            lines.append(f"| {_method_name(m.agent, m.measure, m.objective)} | {m.seeds} | "
+                         f"{u.iqm:.4g} | [{u.low:.4g}, {u.high:.4g}] | {m.interval_label} | "
+                         f"{m.expectation:.4g} | {risk} | {m.episodes} |")
+    return "\n".join(lines) + "\n"
+
+
 def _csv(header: list[str], rows: Iterable[list[Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -316,9 +455,14 @@ def leaderboard_csv(summaries: list[MethodSummary]) -> str:
 
 
 def scores_csv(scores: list[RunScore]) -> str:
-    fields = list(asdict(scores[0])) if scores else []
+    fields = [field.name for field in dataclasses.fields(RunScore)]
     return _csv(fields + ["gap", "score"],
                 ([*asdict(run).values(), run.gap, run.score] for run in scores))
+
+
+def monte_carlo_csv(runs: list[MonteCarloRun]) -> str:
+    return _csv([field.name for field in dataclasses.fields(MonteCarloRun)],
+                (list(asdict(run).values()) for run in runs))
 
 
 def plot_profiles(scores: list[RunScore], path: Path) -> None:
@@ -347,24 +491,32 @@ def plot_profiles(scores: list[RunScore], path: Path) -> None:
     _save(figure, path)
 
 
-def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None) -> str:
-    """Score the runs below ``sweep_dir`` and write the leaderboard files into ``out``
-    (default: ``sweep_dir``); returns the Markdown. FileNotFoundError without a scored run."""
-    scores, left_out = collect_scores(Path(sweep_dir))
+def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None,
+                      more: Iterable[Path] = ()) -> str:
+    """Score the runs below ``sweep_dir`` (and the ``more`` sweep folders) and write the
+    leaderboard files into ``out`` (default: ``sweep_dir``); returns the Markdown.
+    FileNotFoundError without a finished run to show."""
+    folders = [Path(sweep_dir), *map(Path, more)]
+    collected = collect_runs(*folders)
+    scores, left_out = collected.scores, collected.left_out
     for line in left_out:
         print(f"warning: benchmark: left out {line}", file=sys.stderr)
-    if not scores:
-        raise FileNotFoundError(f"no run with exact references finished in {sweep_dir}")
+    if not scores and not collected.monte_carlo:
+        raise FileNotFoundError(f"no finished run in {', '.join(map(str, folders))}")
     summaries = summarize(scores)
     markdown = to_markdown(summaries, scores, left_out)
+    if collected.monte_carlo:
+        markdown += "\n" + monte_carlo_markdown(summarize_monte_carlo(collected.monte_carlo))
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "leaderboard.md").write_text(markdown)
     (out / "leaderboard.csv").write_text(leaderboard_csv(summaries))
     (out / "scores.csv").write_text(scores_csv(scores))
-    plot_profiles(scores, out / "profiles.png")
+    if scores:
+        plot_profiles(scores, out / "profiles.png")
+    if collected.monte_carlo:
+        (out / MONTE_CARLO_FILE).write_text(monte_carlo_csv(collected.monte_carlo))
     return markdown
-
 
 
 def log_leaderboard_to_wandb(sweep_dir: Path, mode: str = "offline",
@@ -384,7 +536,8 @@ def log_leaderboard_to_wandb(sweep_dir: Path, mode: str = "offline",
 
     sweep_dir = Path(sweep_dir)
     tables = {name: list(csv.reader(io.StringIO((sweep_dir / f"{name}.csv").read_text())))
-              for name in ("leaderboard", "scores")}
+              for name in ("leaderboard", "scores", "monte_carlo")
+              if (sweep_dir / f"{name}.csv").is_file()}
     key = f"{entity or ''}/{project}/{sweep_dir.name}"
     run = init_wandb_run(
         mode, project=project, entity=entity, group=sweep_dir.name, job_type="benchmark",

@@ -82,7 +82,12 @@ def parser() -> argparse.ArgumentParser:
     tool.add_argument("--seeds", type=int, help="seeds 0..N-1, the members of each run "
                                                 "(parallel_seeds; default: the preset's)")
     tool.add_argument("--out", type=Path, help="the sweep folder (default: the preset's "
-                                               "hydra.sweep.dir)")
+                                               "hydra.sweep.dir); with --score, where the "
+                                               "leaderboard goes (default: the first folder)")
+    tool.add_argument("--score", type=Path, nargs="+", metavar="SWEEP",
+                      help="train nothing: write the leaderboard of these finished sweep "
+                           "folders (any worlds: those without exact references get their "
+                           "Monte Carlo table), e.g. sweeps of experiment=risky_navigation")
     tool.add_argument("--wandb", choices=("offline", "online", "off"), default="offline",
                       help="log the leaderboard to a W&B run (default: %(default)s; online "
                            "falls back to offline when the server cannot be reached)")
@@ -115,8 +120,35 @@ def train_command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, str(CONF_DIR.parent / "train.py"), "-m", *overrides, *args.overrides]
 
 
+def score(args: argparse.Namespace) -> int:
+    """``--score``: the leaderboard of finished sweeps, nothing trained."""
+    from rs_lightning.analysis.benchmark import write_leaderboard
+
+    first, *more = args.score
+    try:
+        write_leaderboard(first, out=args.out, more=more)
+    except FileNotFoundError as error:
+        print(f"error: --score: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = args.out or first
+    print(f"[rs_lightning] benchmark: leaderboard in {out / 'leaderboard.md'}", file=sys.stderr)
+    log_to_wandb(out, args.wandb)
+    return 0
+
+
+def log_to_wandb(sweep_dir: Path, mode: str) -> None:
+    if mode == "off":
+        return
+    from rs_lightning.analysis.benchmark import log_leaderboard_to_wandb
+
+    folder = log_leaderboard_to_wandb(sweep_dir, mode)
+    print(f"[rs_lightning] benchmark: W&B run ({mode}): {folder}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.score:
+        return score(args)
     try:
         command = train_command(args)
     except BadInput as error:
@@ -132,12 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if leaderboard.is_file() and status in (0, 1):  # 1: some jobs failed, the rest scored
         print(f"[rs_lightning] benchmark: {minutes:.1f} min; leaderboard in {leaderboard}",
               file=sys.stderr)
-        if args.wandb != "off":
-            from rs_lightning.analysis.benchmark import log_leaderboard_to_wandb
-
-            folder = log_leaderboard_to_wandb(sweep_dir, args.wandb)
-            print(f"[rs_lightning] benchmark: W&B run ({args.wandb}): {folder}",
-                  file=sys.stderr)
+        log_to_wandb(sweep_dir, args.wandb)
     return status
 
 
