@@ -12,18 +12,25 @@ Rewards per step: ``-step_cost`` (0.1), the penalty when it strikes, and a shapi
 tells the mass where the goal is and adds ``shaping`` x 1.85 to every episode that reaches
 the goal from the start, whatever the path. The episode ends (terminated) on the goal.
 
+**Fences** (``gate``, the preset's 0.25; None: none): the region's long sides and its two
+ends are fenced, except a gate |y| < ``gate`` in each end (:func:`fenced`: a move that would
+cross a fence stops at it and slides along it). The region is then entered and left through
+its gates alone: a mass that enters is committed to the whole crossing, and one that passes
+beside the region cannot clip a corner of it. Unfenced, a learned policy going around cut
+through a corner (a continuous actor blurs an edge 0.05 off its path); fenced, the choice
+between the two routes is made once, at the west gate.
+
 A path of n steps, k of them in the region, has the undiscounted return
 S = 1.85 - 0.1 n - 0.8 K with K ~ Binomial(k, 0.1): its law is exact. The paths that matter
 (:func:`route_laws`, over the lattice of full-speed moves):
 
 - the risk-neutral optimum (the least expected cost, by Dijkstra's algorithm) crosses: 19
-  steps, 12 of them in the region, E = -1.01, CVaR_0.1 = -2.69;
+  steps, 13 of them in the region with the fences (E = -1.09, CVaR_0.1 = -2.78; unfenced 12,
+  the path stepping out of the region once: E = -1.01, CVaR_0.1 = -2.69);
 - around the region: 31 steps, none in it: S = -1.25 surely.
 
-A CVaR_0.1 agent at alpha 0 goes around (-1.25 > -2.69; any path with a step in the region
+A CVaR_0.1 agent at alpha 0 goes around (-1.25 > -2.78; any path with a step in the region
 has a strike probability of at least 0.1, so its CVaR_0.1 is at most its base less 0.8).
-Because the risk is met step by step, a per-decision agent feels it at every state of the
-region, and learns to leave it by the nearest edge before it learns the whole way around.
 
 ``start="anywhere"`` draws each episode's start uniformly over the arena outside the goal
 (exploring starts): a training setting (``env.training_kwargs``), so that the critic sees
@@ -55,6 +62,37 @@ def in_region(x: float, y: float) -> bool:
     return REGION_X[0] <= x <= REGION_X[1] and abs(y) < REGION_HALF_HEIGHT
 
 
+# A move that passes a fence's end (a corner of the region, a gate's edge) within this is let
+# by: the lattice's corner-grazing moves then pass in the environment too, whatever the
+# rounding of positions summed step by step.
+_GRAZE = 1e-9
+
+
+def fenced(old: tuple[float, float], new: tuple[float, float], gate: float
+           ) -> tuple[float, float]:
+    """Where a move from ``old`` toward ``new`` ends when the region is fenced: its long
+    sides (y = +-REGION_HALF_HEIGHT) and its two ends (x = REGION_X[0], REGION_X[1]) except a
+    gate |y| < ``gate`` in each end. A move that would cross a fence stops at it and slides
+    along it, so the region is entered and left through the gates alone."""
+    (x0, y0), (x1, y1) = old, new
+    left, right = REGION_X
+    for edge in (REGION_HALF_HEIGHT, -REGION_HALF_HEIGHT):  # the long sides
+        inside_after = (y1 < edge) if edge > 0 else (y1 > edge)
+        inside_before = (y0 < edge) if edge > 0 else (y0 > edge)
+        if inside_before != inside_after:
+            crossing = x0 + (x1 - x0) * (edge - y0) / (y1 - y0)
+            if left + _GRAZE < crossing < right - _GRAZE:  # a corner lets the mass by
+                y1 = math.nextafter(edge, 0.0) if inside_before else edge
+    for edge, outward in ((left, -math.inf), (right, math.inf)):  # the ends, but their gates
+        inside_before = (x0 >= edge) if outward < 0 else (x0 <= edge)
+        inside_after = (x1 >= edge) if outward < 0 else (x1 <= edge)
+        if inside_before != inside_after:
+            crossing = y0 + (y1 - y0) * (edge - x0) / (x1 - x0)
+            if gate + _GRAZE < abs(crossing) < REGION_HALF_HEIGHT - _GRAZE:
+                x1 = edge if inside_before else math.nextafter(edge, outward)
+    return x1, y1
+
+
 def goal_distance(x: float, y: float) -> float:
     """Euclidean distance from (x, y) to the goal square (0 on it)."""
     dx = max(abs(x - GOAL[0]) - GOAL_HALF_WIDTH, 0.0)
@@ -74,17 +112,21 @@ class RiskyNavigation(gym.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
-                 step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin") -> None:
+                 step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
+                 gate: float | None = None) -> None:
         if not 0.0 <= strike_probability <= 1.0:
             raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
+        if gate is not None and not 0.0 < gate <= REGION_HALF_HEIGHT:
+            raise ValueError(f"gate must be in (0, {REGION_HALF_HEIGHT}] or None, got {gate}")
         self.start = start
         self.strike_probability = float(strike_probability)
         self.penalty = float(penalty)
         self.step_cost = float(step_cost)
         self.shaping = float(shaping)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.gate = None if gate is None else float(gate)
         high = np.array([ARENA[0][1], ARENA[1][1]], np.float32)
         low = np.array([ARENA[0][0], ARENA[1][0]], np.float32)
         self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
@@ -111,6 +153,8 @@ class RiskyNavigation(gym.Env):
         position = self.position + move
         position[0] = min(max(position[0], ARENA[0][0]), ARENA[0][1])
         position[1] = min(max(position[1], ARENA[1][0]), ARENA[1][1])
+        if self.gate is not None:
+            position = np.array(fenced(tuple(self.position), tuple(position), self.gate))
         self.position = position
         reward = -self.step_cost + self.shaping * (before - goal_distance(*position))
         # One draw at every step that ends in the region (and only there).
@@ -122,24 +166,30 @@ class RiskyNavigation(gym.Env):
         return self._obs(), float(reward), terminated, False, {"risk_outcome": outcome}
 
 
-def _neighbours(cell: tuple[int, int]):
+def lattice_moves(cell: tuple[int, int], gate: float | None = None):
+    """The full-speed moves from a lattice cell (i, j), at (0.1 i, 0.1 j): ``(next cell, x,
+    y)`` for each of the 8 neighbours inside the arena (with a ``gate``, not across a fence)."""
     i, j = cell
     for di in (-1, 0, 1):
         for dj in (-1, 0, 1):
             nxt = (i + di, j + dj)
             x, y = nxt[0] * SPEED, nxt[1] * SPEED
-            if nxt != cell and (ARENA[0][0] <= x <= ARENA[0][1]
-                                and ARENA[1][0] <= y <= ARENA[1][1]):
-                yield nxt, x, y
+            if nxt == cell or not (ARENA[0][0] <= x <= ARENA[0][1]
+                                   and ARENA[1][0] <= y <= ARENA[1][1]):
+                continue
+            if gate is not None and fenced((i * SPEED, j * SPEED), (x, y), gate) != (x, y):
+                continue
+            yield nxt, x, y
 
 
-def least_cost_path(step_cost: float, region_cost: float | None
+def least_cost_path(step_cost: float, region_cost: float | None, gate: float | None = None
                     ) -> list[tuple[float, float]]:
     """The path of full-speed moves from the start to the goal of least total cost,
     ``step_cost`` a step plus ``region_cost`` a step that ends in the region (None: the
     region is forbidden), by Dijkstra's algorithm over the lattice of full-speed moves (the
     region's and the goal's edges lie 0.05 off it, so a path on it never grazes an edge);
-    among paths of equal cost, the first found. Returns the positions after each step."""
+    among paths of equal cost, the first found; with a ``gate``, no move crosses a fence
+    (:func:`fenced`). Returns the positions after each step."""
     import heapq
 
     start = (0, 0)
@@ -156,7 +206,7 @@ def least_cost_path(step_cost: float, region_cost: float | None
                 path.append((cell[0] * SPEED, cell[1] * SPEED))
                 cell = parent[cell]
             return path[::-1]
-        for nxt, x, y in _neighbours(cell):
+        for nxt, x, y in lattice_moves(cell, gate):
             inside = in_region(x, y)
             if inside and region_cost is None:
                 continue
@@ -168,14 +218,14 @@ def least_cost_path(step_cost: float, region_cost: float | None
     raise RuntimeError("the goal cannot be reached")
 
 
-def route_paths(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1
-                ) -> dict[str, list[tuple[float, float]]]:
+def route_paths(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
+                gate: float | None = None) -> dict[str, list[tuple[float, float]]]:
     """The two paths of the module docstring: ``"crossing"``, the risk-neutral optimum (the
     least expected cost: a step costs ``step_cost``, a step in the region
     ``strike_probability`` x ``penalty`` more), and ``"around"``, the shortest path that
-    never enters the region."""
-    return {"crossing": least_cost_path(step_cost, strike_probability * penalty),
-            "around": least_cost_path(step_cost, None)}
+    never enters the region (the same with and without the fences)."""
+    return {"crossing": least_cost_path(step_cost, strike_probability * penalty, gate),
+            "around": least_cost_path(step_cost, None, gate)}
 
 
 def path_law(path: list[tuple[float, float]], strike_probability: float = 0.1,
@@ -195,7 +245,8 @@ def path_law(path: list[tuple[float, float]], strike_probability: float = 0.1,
 
 
 def route_laws(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
-               shaping: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+               shaping: float = 1.0, gate: float | None = None
+               ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The law of S of each path of :func:`route_paths`: ``{route: (atoms, probabilities)}``."""
     return {route: path_law(path, strike_probability, penalty, step_cost, shaping)
-            for route, path in route_paths(strike_probability, penalty, step_cost).items()}
+            for route, path in route_paths(strike_probability, penalty, step_cost, gate).items()}
