@@ -243,4 +243,4 @@ def test_five_of_five_seeds_take_the_expected_route(compose, tmp_path, agent, se
             assert summary["risk_outcome"] == pytest.approx(2 * unstruck - 1, abs=0.1), seed
         else:
             assert summary["risk_outcome_green"] == 1.0, seed
-            assert exact_mean - 0.5 <= summary["expectation"] <= exact_mean + 1e-9, seed
+            assert exact_mean - 0.5 - 1e-9 <= summary["expectation"] <= exact_mean + 1e-9, seed
