@@ -286,3 +286,9 @@ def test_score_writes_the_leaderboard_of_finished_sweeps_without_training(tmp_pa
     assert command.main(["--score", str(tmp_path / "none"), "--wandb", "off"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: --score: no finished run in")
+    # the training flags mean nothing without training: refused, not ignored
+    assert command.main(["--score", str(tmp_path / "a"), "--agents", "c51", "--wandb", "off",
+                         "trainer.max_steps=10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --score: trains nothing, so --agents, trainer.max_steps=10 would be "
+                   "ignored; score without them, or train without --score"]

@@ -124,6 +124,12 @@ def score(args: argparse.Namespace) -> int:
     """``--score``: the leaderboard of finished sweeps, nothing trained."""
     from rs_lightning.analysis.benchmark import write_leaderboard
 
+    training = [flag for flag in (*FLAGS, "--seeds") if getattr(args, flag[2:]) is not None]
+    if training or args.overrides:
+        given = ", ".join(training + args.overrides)
+        print(f"error: --score: trains nothing, so {given} would be ignored; score without "
+              "them, or train without --score", file=sys.stderr)
+        return EXIT_BAD_INPUT
     first, *more = args.score
     try:
         write_leaderboard(first, out=args.out, more=more)
