@@ -207,9 +207,8 @@ def test_the_preset_world_crosses_for_the_expectation_and_goes_around_for_cvar(c
 
 
 # Measured (docs/guides/continuous.md, "A risky world with a known answer"): TQC goes around
-# at alpha 0 on 5 of 5 seeds, and crosses at alpha 1 on 4 of 5 (seed 2 goes around: the
-# crossing is better in E by 0.16 only). DSAC, one seed at alpha 0, stopped at the region's
-# north-west corner (its greedy action pushes into the fence).
+# at alpha 0 on 5 of 5 seeds and crosses at alpha 1 on 4 of 5 (one seed goes around: the
+# crossing is better in E by 0.16 only); DSAC crosses on 4 of 5 and goes around on 3 of 5.
 NOT_YET = pytest.mark.xfail(reason="not yet 5 of 5 seeds (see the continuous guide)",
                             strict=False)
 
