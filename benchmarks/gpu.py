@@ -68,19 +68,10 @@ def _compose(world: list[str], members: int, device: str, max_steps: int):
 
 
 class StepClock:
-    """A Lightning callback: the clock after update ``mark`` and after every later one; stops
-    the fit once ``seconds`` have passed since the mark."""
+    """The clock after update ``mark`` and after every later one (the device synchronised
+    first); :meth:`tick` says to stop once ``seconds`` have passed since the mark."""
 
     def __init__(self, mark: int, seconds: float, device: str) -> None:
-        import pytorch_lightning as pl
-
-        clock = self
-
-        class Callback(pl.Callback):
-            def on_train_batch_end(self, trainer, *args) -> None:
-                clock.tick(trainer)
-
-        self.callback = Callback()
         self.mark, self.seconds, self.device = mark, seconds, device
         self.start = self.last = None
         self.steps = 0
@@ -92,16 +83,28 @@ class StepClock:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def tick(self, trainer) -> None:
-        if trainer.global_step < self.mark:
-            return
+    def tick(self, update: int) -> bool:
+        """The clock at the end of update number ``update``: False once time is up."""
+        if update < self.mark:
+            return True
         now = self._now()
         if self.start is None:
             self.start = now
-            return
+            return True
         self.last, self.steps = now, self.steps + 1
-        if now - self.start >= self.seconds:
-            trainer.should_stop = True
+        return now - self.start < self.seconds
+
+    def lightning_callback(self):
+        import pytorch_lightning as pl
+
+        clock = self
+
+        class Callback(pl.Callback):
+            def on_train_batch_end(self, trainer, *args) -> None:
+                if not clock.tick(trainer.global_step):
+                    trainer.should_stop = True
+
+        return Callback()
 
     def per_step(self) -> float | None:
         return None if not self.steps else (self.last - self.start) / self.steps
@@ -123,7 +126,7 @@ def time_members(case: str, members: int, device: str, seconds: float, max_steps
     datamodule, module = build(settings)
     clock = StepClock(MARK, seconds, device)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(settings.train, Path(run_dir), [clock.callback])
+        trainer = make_trainer(settings.train, Path(run_dir), [clock.lightning_callback()])
         began = time.perf_counter()
         trainer.fit(module, datamodule=datamodule)
         fit_seconds = time.perf_counter() - began
@@ -149,7 +152,6 @@ def time_sb3_tqc(device: str, seconds: float, seed: int = 0) -> dict:
     """sb3-contrib's TQC (the RL Zoo's MuJoCo settings, 1,000 warm-up steps) on
     HalfCheetah-v5: seconds per transition (one update each) after ``MARK`` updates."""
     import gymnasium as gym
-    import torch
     from peers import SB3_ZOO
     from sb3_contrib import TQC
     from stable_baselines3.common.callbacks import BaseCallback
@@ -157,27 +159,15 @@ def time_sb3_tqc(device: str, seconds: float, seed: int = 0) -> dict:
     settings = dict(SB3_ZOO["half_cheetah"]["sb3_tqc"], learning_starts=CHEETAH_WARMUP)
     model = TQC("MlpPolicy", gym.make("HalfCheetah-v5"), seed=seed, device=device, verbose=0,
                 **settings)
-    clock = {"start": None, "last": None, "steps": 0}
-
-    def now() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter()
+    clock = StepClock(MARK, seconds, device)
 
     class Clock(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.num_timesteps < CHEETAH_WARMUP + MARK:
-                return True
-            t = now()
-            if clock["start"] is None:
-                clock["start"] = t
-                return True
-            clock["last"], clock["steps"] = t, clock["steps"] + 1
-            return t - clock["start"] < seconds
+        def _on_step(self) -> bool:  # one update per transition after the warm-up
+            return clock.tick(self.num_timesteps - CHEETAH_WARMUP)
 
     model.learn(total_timesteps=10**7, callback=Clock())
-    per_step = (clock["last"] - clock["start"]) / clock["steps"]
-    return {"case": "sb3_tqc", "members": 1, "device": device, "steps_timed": clock["steps"],
+    per_step = clock.per_step()
+    return {"case": "sb3_tqc", "members": 1, "device": device, "steps_timed": clock.steps,
             "ms_per_step": round(1e3 * per_step, 4),
             "member_updates_per_s": round(1 / per_step, 1)}
 

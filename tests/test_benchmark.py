@@ -98,16 +98,20 @@ def test_rliable_and_numpy_give_the_same_stratified_interval():
     assert theirs.high == pytest.approx(ours.high, abs=0.01)
 
 
+def _write_run(folder, config_, summary):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config_))
+    (folder / "eval.json").write_text(json.dumps(summary))
+
+
 def test_the_leaderboard_files_from_eval_json_fixtures(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark.RandomReferences, "__call__", lambda self, config: -3.0)
     for job, (agent, utilities) in enumerate([("c51", [-1.0, -1.5]), ("dqn", [-2.0, -2.5])]):
         for seed, u in enumerate(utilities):
-            folder = tmp_path / f"{job}_agent={agent}" / f"seed_{seed}"
-            folder.mkdir(parents=True)
-            (folder / "config.yaml").write_text(yaml.safe_dump(config(agent=agent, seed=seed)))
-            (folder / "eval.json").write_text(json.dumps(
-                {"expectation": 0.0, "seed": seed, "exact_static_utility": u,
-                 "per_decision_static_utility": -1.0}))
+            _write_run(tmp_path / f"{job}_agent={agent}" / f"seed_{seed}",
+                       config(agent=agent, seed=seed),
+                       {"expectation": 0.0, "seed": seed, "exact_static_utility": u,
+                        "per_decision_static_utility": -1.0})
     markdown = write_leaderboard(tmp_path)
     for name in benchmark.FILES:
         assert (tmp_path / name).is_file()
@@ -214,12 +218,6 @@ def test_the_tabular_random_reference_averages_the_actions():
     mean = Utility(1.0, "expectation", {})
     assert uniform_random_utility(model, mean, 0.9) == pytest.approx(0.5, abs=1e-3)
     assert static_utility(model, np.array([1]), mean, 0.9) == pytest.approx(1.0, abs=1e-3)
-
-
-def _write_run(folder, config_, summary):
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(config_))
-    (folder / "eval.json").write_text(json.dumps(summary))
 
 
 def windy_lander(agent="tqc", seed=0):

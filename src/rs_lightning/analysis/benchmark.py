@@ -189,10 +189,23 @@ class RandomReferences:
         return self._cache[key]
 
 
+def run_objective(row: dict[str, Any], config: dict[str, Any]) -> str:
+    return str(config.get("objective", row.get("objective", "per_decision")))
+
+
+def run_identity(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, str]
+                 ) -> dict[str, Any]:
+    """The fields of :class:`Run`: which run of which method on which world."""
+    return dict(job=row["job"], world=world_label(config["env"], worlds),
+                agent=str(config["agent"]["name"]), measure=measure_label(config),
+                objective=run_objective(row, config),
+                seed=int(row.get("seed", config.get("seed", 0))))
+
+
 def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[float],
               worlds: dict[str, str]) -> RunScore | str:
     """The run's score, or why it has none (one line)."""
-    objective = str(config.get("objective", row.get("objective", "per_decision")))
+    objective = run_objective(row, config)
     if objective not in SCORED_KEYS:
         return f"objective {objective!r} has no exact target (scored: {', '.join(SCORED_KEYS)})"
     own_key, target_key = SCORED_KEYS[objective]
@@ -206,10 +219,8 @@ def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[floa
         return (f"its target U*={target:.4g} is not above the random policy's {random:.4g}: "
                 "the world ranks nothing with this utility")
     stderr = row.get("mc_static_utility_stderr") if objective == "static" else None
-    return RunScore(job=row["job"], world=world_label(config["env"], worlds),
-                    agent=str(config["agent"]["name"]), measure=measure_label(config),
-                    objective=objective, seed=int(row.get("seed", config.get("seed", 0))),
-                    utility=utility, target=target, random=float(random),
+    return RunScore(**run_identity(row, config, worlds), utility=utility, target=target,
+                    random=float(random),
                     utility_stderr=None if stderr is None else float(stderr))
 
 
@@ -219,13 +230,10 @@ def monte_carlo_run(row: dict[str, Any], config: dict[str, Any], worlds: dict[st
     none (one line)."""
     if "utility" not in row or "expectation" not in row:
         return "its eval.json has no utility or expectation"
-    objective = str(config.get("objective", row.get("objective", "per_decision")))
     optional = {key: (None if row.get(key) is None else float(row[key]))
                 for key in ("risk_value", "expectation_stderr")}
-    return MonteCarloRun(job=row["job"], world=world_label(config["env"], worlds),
-                         agent=str(config["agent"]["name"]), measure=measure_label(config),
-                         objective=objective, seed=int(row.get("seed", config.get("seed", 0))),
-                         utility=float(row["utility"]), expectation=float(row["expectation"]),
+    return MonteCarloRun(**run_identity(row, config, worlds), utility=float(row["utility"]),
+                         expectation=float(row["expectation"]),
                          episodes=int(row.get("episodes", 0)), **optional)
 
 

@@ -77,8 +77,8 @@ def fenced(old: tuple[float, float], new: tuple[float, float], gate: float
     (x0, y0), (x1, y1) = old, new
     left, right = REGION_X
     for edge in (REGION_HALF_HEIGHT, -REGION_HALF_HEIGHT):  # the long sides
-        inside_after = (y1 < edge) if edge > 0 else (y1 > edge)
         inside_before = (y0 < edge) if edge > 0 else (y0 > edge)
+        inside_after = (y1 < edge) if edge > 0 else (y1 > edge)
         if inside_before != inside_after:
             crossing = x0 + (x1 - x0) * (edge - y0) / (y1 - y0)
             if left + _GRAZE < crossing < right - _GRAZE:  # a corner lets the mass by
