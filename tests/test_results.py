@@ -91,11 +91,11 @@ def test_several_sweeps_pool_into_one_table(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ rows never mix settings
-def config(seed=0, lr=1e-4, max_steps=300, agent="dqn", alpha=0.5, **logging):
+def config(seed=0, lr=1e-4, max_steps=300, agent="dqn", alpha=0.5, risk=None, **logging):
     """A resolved config as a run folder's config.yaml holds it (the keys that matter here)."""
     return {
         "agent": {"name": agent, "hidden_sizes": [128, 128]},
-        "risk": {"name": "var", "rho": 0.1},
+        "risk": risk or {"name": "var", "rho": 0.1},
         "env": {"id": RISKY_REWARDS, "gamma": 0.9},
         "hardware": {"accelerator": "cpu", "torch_threads": logging.get("threads", 1)},
         "logger": {"backend": "wandb", "group": logging.get("group")},
@@ -113,7 +113,7 @@ def run_folder(path, expectation=0.3, **settings):
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     row = eval_row(RISKY_REWARDS, cfg["agent"]["name"], cfg["seed"], expectation, -1.2,
                    green=False, steps=cfg["trainer"]["max_steps"])
-    row["alpha"] = cfg["alpha"]
+    row["alpha"], row["risk"] = cfg["alpha"], cfg["risk"]["name"]
     (path / "eval.json").write_text(json.dumps(row))
     return path
 
@@ -147,6 +147,17 @@ def test_an_lr_sweep_gives_one_row_per_lr_with_its_seeds(tmp_path):
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert header[:8] == ["env", "agent", "alpha", "risk", "rho", "lr", "updates", "seeds"]
     assert "Warning" not in markdown
+
+
+def test_the_risk_column_names_each_measure_by_its_own_parameters(tmp_path):
+    # The run's top-level rho (0.1) is no parameter of Wang's or of a spectral measure.
+    run_folder(tmp_path / "wang", risk={"name": "wang", "eta": -0.75})
+    run_folder(tmp_path / "spectral", risk={"name": "spectral", "levels": [0.1, 0.3],
+                                            "weights": [0.5, 0.5]})
+    run_folder(tmp_path / "expectation", risk={"name": "expectation"})
+    cells = sorted(line.split(" | ")[3] for line in table_lines(write_results(tmp_path)))
+    assert cells == ["expectation", "spectral(levels=[0.1, 0.3],weights=[0.5, 0.5])",
+                     "wang_-0.75"]
 
 
 def test_runs_of_different_budgets_are_other_rows_with_a_warning(tmp_path, capsys):

@@ -455,7 +455,20 @@ def _agent_label(entry: dict[str, Any]) -> str:
 
 
 def _risk_label(entry: dict[str, Any]) -> str:
-    return entry["risk"] if entry["risk"] == "expectation" else f"{entry['risk']}_{entry['rho']:g}"
+    """The measure and its own parameters: ``cvar_0.1``, ``wang_-0.75``,
+    ``spectral(levels=[0.1, 0.3],weights=[0.5, 0.5])`` (a run's top-level rho is the
+    parameter of VaR and CVaR only)."""
+    risk = entry["risk"]
+    params = {key.split(".", 1)[1]: value for key, value in entry.get("settings", {}).items()
+              if key.startswith("risk.") and key != "risk.name"}
+    if not params:  # a run without config.yaml: its eval.json names rho alone
+        params = {"rho": entry["rho"]} if risk in ("var", "cvar") else {}
+    if not params:
+        return risk
+    if len(params) == 1:
+        (value,) = params.values()
+        return f"{risk}_{value:g}" if isinstance(value, (int, float)) else f"{risk}_{value}"
+    return f"{risk}(" + ",".join(f"{key}={value}" for key, value in sorted(params.items())) + ")"
 
 
 def _cell(entry: dict[str, Any], metric: str) -> str:
