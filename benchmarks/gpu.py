@@ -152,13 +152,13 @@ def time_sb3_tqc(device: str, seconds: float, seed: int = 0) -> dict:
     """sb3-contrib's TQC (the RL Zoo's MuJoCo settings, 1,000 warm-up steps) on
     HalfCheetah-v5: seconds per transition (one update each) after ``MARK`` updates."""
     import gymnasium as gym
-    from peers import SB3_ZOO
+    from peers import SB3_ZOO, without_log_folder
     from sb3_contrib import TQC
     from stable_baselines3.common.callbacks import BaseCallback
 
     settings = dict(SB3_ZOO["half_cheetah"]["sb3_tqc"], learning_starts=CHEETAH_WARMUP)
-    model = TQC("MlpPolicy", gym.make("HalfCheetah-v5"), seed=seed, device=device, verbose=0,
-                **settings)
+    model = without_log_folder(TQC("MlpPolicy", gym.make("HalfCheetah-v5"), seed=seed,
+                                   device=device, verbose=0, **settings))
     clock = StepClock(MARK, seconds, device)
 
     class Clock(BaseCallback):

@@ -757,6 +757,15 @@ def _tianshou(peer: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             "final_seconds": round(clock.seconds(), 3)}
 
 
+def without_log_folder(model: Any) -> Any:
+    """``model`` with a logger that writes nothing: by default SB3 makes a folder
+    (``/tmp/SB3-<date>``) for the logs of every model it trains."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
 def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
     """The peer's model with its published settings for the world (``SB3_QRDQN``,
     ``SB3_ZOO``)."""
@@ -767,7 +776,7 @@ def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
         from sb3_contrib import QRDQN
 
         z = SB3_QRDQN
-        return QRDQN("MlpPolicy", env, learning_rate=z["learning_rate"],
+        return without_log_folder(QRDQN("MlpPolicy", env, learning_rate=z["learning_rate"],
                      batch_size=z["batch_size"], buffer_size=z["buffer_size"],
                      learning_starts=z["learning_starts"], gamma=z["gamma"],
                      target_update_interval=z["target_update_interval"],
@@ -777,13 +786,13 @@ def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
                                               / args.max_env_steps),
                      exploration_final_eps=z["exploration_final_eps"],
                      policy_kwargs={"net_arch": z["net_arch"], "n_quantiles": z["n_quantiles"]},
-                     seed=seed, device="cpu", verbose=0)
+                     seed=seed, device="cpu", verbose=0))
     from sb3_contrib import TQC
     from stable_baselines3 import SAC
 
     algorithm = {"sb3_sac": SAC, "sb3_tqc": TQC}[peer]
-    return algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
-                     **SB3_ZOO[args.world][peer])
+    return without_log_folder(algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
+                                        **SB3_ZOO[args.world][peer]))
 
 
 def greedy_returns(act, env, starts) -> list[float]:
