@@ -206,6 +206,36 @@ def test_the_preset_world_crosses_for_the_expectation_and_goes_around_for_cvar(c
         -1.25 - binomial_cvar(-0.05, 13))
 
 
+def test_the_frontier_marks_the_routes_exact_points_and_where_the_best_changes(compose):
+    from types import SimpleNamespace
+
+    from rs_lightning.analysis.frontier import exact_routes, route_switch_points
+
+    env = compose(["experiment=risky_navigation"]).env  # its kwargs: the fences; start: none
+    run_config = SimpleNamespace(train=SimpleNamespace(env=env),
+                                 utility=Utility(0.0, "cvar", {"rho": 0.1}))
+    routes = exact_routes(run_config, 0.1)
+    crossing, around = (next(r for r in routes if r["route"] == name)
+                        for name in ("crossing", "around"))
+    worst = binomial_cvar(-0.05, 13)
+    assert crossing["expectation"] == pytest.approx(-1.09)
+    assert crossing["cvar"] == crossing["risk"] == pytest.approx(worst)
+    # VaR_0.1: P(K >= 4) = 0.034 and P(K >= 3) = 0.134 for K ~ Binomial(13, 0.1), so the
+    # 10 % quantile is three strikes.
+    assert crossing["var"] == pytest.approx(-0.05 - 3 * 0.8)
+    assert around["expectation"] == around["var"] == around["cvar"] == pytest.approx(-1.25)
+    # alpha (-1.09) + (1 - alpha) worst = -1.25: crossing pays from alpha = 0.906 on.
+    (switch,) = route_switch_points(routes)
+    assert switch == pytest.approx((-1.25 - worst) / (-1.09 - worst))
+    assert 0.90 < switch < 0.91
+    # The expectation alone has no switch; a grid world has no reference routes.
+    neutral = SimpleNamespace(train=run_config.train, utility=Utility(1.0, "expectation"))
+    assert route_switch_points(exact_routes(neutral, 0.1)) == []
+    grid = SimpleNamespace(train=SimpleNamespace(env=compose(["env=risky_rewards"]).env),
+                           utility=run_config.utility)
+    assert exact_routes(grid, 0.1) == []
+
+
 # Measured (docs/guides/continuous.md, "A risky world with a known answer"): TQC goes around
 # at alpha 0 on 5 of 5 seeds and crosses at alpha 1 on 4 of 5 (one seed goes around: the
 # crossing is better in E by 0.16 only); DSAC crosses on 4 of 5 and goes around on 3 of 5.

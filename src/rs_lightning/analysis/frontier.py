@@ -188,13 +188,74 @@ def exact_switch_points(run_config) -> list[float]:
             per_decision_switch_points(world, utility, gamma=float(train.env.gamma))]
 
 
+def reference_laws(run_config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The exact return laws of the routes that matter from the start, on a world whose
+    class gives them (a ``reference_laws(**kwargs)`` static method: the risky navigation
+    world); else none."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    env = run_config.train.env
+    try:
+        entry_point = gym.spec(env.id).entry_point
+    except gym.error.Error:  # an id this process has not registered
+        return {}
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    laws = getattr(creator, "reference_laws", None)
+    return laws(**dict(env.kwargs or {})) if laws is not None else {}
+
+
+def exact_routes(run_config, rho: float) -> list[dict[str, Any]]:
+    """Each reference route's exact E, VaR_rho, CVaR_rho and its law's risk R of the run's
+    own measure (:func:`reference_laws`)."""
+    import torch
+
+    from rs_lightning.risk import ReturnDistribution, Utility
+
+    utility = run_config.utility
+    routes = []
+    for route, (atoms, probabilities) in reference_laws(run_config).items():
+        law = ReturnDistribution(torch.tensor(atoms), torch.tensor(probabilities))
+        figures = {name: float(Utility(0.0, name, {"rho": rho})(law))
+                   for name in ("var", "cvar")}
+        risk = Utility(0.0, utility.risk, dict(utility.params)) if utility.uses_risk else None
+        routes.append({"route": route, "rho": rho,
+                       "expectation": float(Utility(1.0, "expectation")(law)), **figures,
+                       "risk": float(risk(law)) if risk is not None else None})
+    return routes
+
+
+def route_switch_points(routes: list[dict[str, Any]]) -> list[float]:
+    """The alphas in (0, 1) where the best route by U = alpha E + (1 - alpha) R changes
+    (U of a route is linear in alpha, so the best one changes only where two are equal)."""
+    if len(routes) < 2 or any(r["risk"] is None for r in routes):
+        return []
+
+    def best(alpha: float) -> str:
+        return max(routes, key=lambda r: alpha * r["expectation"]
+                   + (1 - alpha) * r["risk"])["route"]
+
+    crossings = set()
+    for a in routes:
+        for b in routes:
+            slope = (a["expectation"] - a["risk"]) - (b["expectation"] - b["risk"])
+            if slope != 0:
+                alpha = (b["risk"] - a["risk"]) / slope
+                if 0 < alpha < 1:
+                    crossings.add(alpha)
+    return [alpha for alpha in sorted(crossings)
+            if best(alpha - 1e-9) != best(alpha + 1e-9)]
+
+
 def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path,
-                  title: str, switch_points: list[float] = ()) -> None:
+                  title: str, switch_points: list[float] = (),
+                  routes: list[dict[str, Any]] = ()) -> None:
     """E against VaR and CVaR (a point per alpha, coloured by alpha, the seeds' standard
     deviation as error bars), the three against alpha (the seeds' range as bands) and, on
     grid worlds, the path of every seed at every alpha. Each panel says whether its numbers
-    are exact or Monte Carlo; ``switch_points``: the alphas where the exact per-decision
-    policy changes its path (dashed lines)."""
+    are exact or Monte Carlo; ``switch_points``: the alphas where the exact optimum changes
+    its path (dashed lines); ``routes``: the exact points of a world's reference routes
+    (:func:`exact_routes`, black crosses)."""
     from rs_lightning.analysis.plots import _pyplot
 
     plt = _pyplot()
@@ -226,15 +287,21 @@ def plot_frontier(summary: list[dict[str, Any]], rows: list[dict[str, Any]], pat
             axes[2].fill_between(alphas, series(name, "min"), series(name, "max"),
                                  color=colour, alpha=0.2)
     rho = summary[0]["rho"]
+    for route in (r for r in routes if r["rho"] == rho):
+        for ax, risk in zip(axes[:2], ("var", "cvar")):
+            ax.scatter(route[risk], route["expectation"], marker="x", color="black", zorder=4)
+            ax.annotate(f"{route['route']} (exact)", (route[risk], route["expectation"]),
+                        textcoords="offset points", xytext=(5, 5), fontsize=8)
     axes[0].set(xlabel=f"VaR_{rho:g} of S", ylabel="E[S]", title=f"E against VaR ({source})")
     axes[1].set(xlabel=f"CVaR_{rho:g} of S", ylabel="E[S]", title=f"E against CVaR ({source})")
     axes[2].set(xlabel="alpha", ylabel="S",
-                title=f"against alpha ({source}; band: seeds' range)")
+                title=f"against alpha ({source})\nband: the seeds' range")
     fig.colorbar(scatter, ax=list(axes[:2]), label="alpha", fraction=0.05)
     for k, alpha in enumerate(switch_points):
         for ax in axes[2:]:
             ax.axvline(alpha, color="black", linestyle="--", linewidth=0.9,
-                       label="exact per-decision switch" if k == 0 and ax is axes[2] else None)
+                       label=("exact switch of route" if routes else
+                              "exact per-decision switch") if k == 0 and ax is axes[2] else None)
     axes[2].legend(fontsize=8)
     if has_paths:
         seeds = sorted({r["seed"] for r in rows})
@@ -321,7 +388,12 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         "rows": rows,
         # Where the exact per-decision policy changes its path (grid worlds, VaR / CVaR / E).
         "exact_switch_alphas": exact_switch_points(first),
+        # A world with reference routes (risky navigation): each one's exact figures.
+        "exact_routes": exact_routes(first, rows[0]["rho"]) if rows else [],
     }
+    if result["exact_routes"] and not result["exact_switch_alphas"]:
+        # Where the best of those routes changes, for the run's own measure.
+        result["exact_switch_alphas"] = route_switch_points(result["exact_routes"])
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "frontier.json", result)
     write_csv(rows, out_dir / "frontier.csv")
@@ -329,7 +401,8 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         kind = "risk-conditioned" if conditioned else "re-weighed"
         plot_frontier(result["summary"], rows, out_dir / "frontier.png",
                       f"{first.agent.name} ({kind}) on {first.train.env.id}, "
-                      f"{len(runs)} seed(s)", result["exact_switch_alphas"])
+                      f"{len(runs)} seed(s)", result["exact_switch_alphas"],
+                      result["exact_routes"])
     if wandb != "off":
         log_frontier_to_wandb(result, out_dir, first.train.logger, wandb)
     return result

@@ -111,6 +111,15 @@ class RiskyNavigation(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
+    @staticmethod
+    def reference_laws(strike_probability: float = 0.1, penalty: float = 0.8,
+                       step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
+                       gate: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The exact laws of S of the routes that matter from the start, for the world these
+        keyword arguments make (:func:`route_laws`): what the tools put beside a learned
+        policy (``rs-lightning frontier``). ``start`` shapes training alone."""
+        return route_laws(strike_probability, penalty, step_cost, shaping, gate)
+
     def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
                  step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
                  gate: float | None = None) -> None:
