@@ -20,7 +20,7 @@ from rs_lightning.analysis.benchmark import (
 from rs_lightning.analysis.stats import RANGE_METHOD, interquartile_mean, stratified_estimate
 from rs_lightning.app.commands import benchmark as command
 
-WORLDS = {"rs_lightning/TwoStage-v0": "two_stage"}
+WORLDS = benchmark.world_names()  # conf/env's names, by id and by id and keyword arguments
 
 
 def config(objective="per_decision", agent="c51", risk="cvar", seed=0):
@@ -257,6 +257,19 @@ def test_worlds_without_references_get_a_monte_carlo_table(tmp_path, monkeypatch
     assert len(mc_rows) == 1 + 8 and mc_rows[0].startswith("job,world,agent,measure")
     # the scored run is ranked as before, and no Monte Carlo run is said to be left out
     assert "| 1 | c51 |" in markdown and "left out" not in markdown
+
+
+def test_a_world_is_named_by_its_conf_file_or_else_by_its_id_and_keyword_arguments():
+    worlds = benchmark.world_names()
+    windy = windy_lander()["env"]
+    assert benchmark.world_label(windy, worlds) == "lunar_lander_windy"
+    assert benchmark.world_label({"id": "LunarLander-v3", "kwargs": {}}, worlds) == "lunar_lander"
+    # Discrete LunarLander with wind: no conf/env file is that world, so it is not called
+    # lunar_lander (the calm one) but named by what it is.
+    discrete_windy = {"id": "LunarLander-v3", "kwargs": {"enable_wind": True}}
+    assert benchmark.world_label(discrete_windy, worlds) == \
+        'LunarLander-v3 {"enable_wind": true}'
+    assert benchmark.world_label({"id": "Acrobot-v1"}, worlds) == "Acrobot-v1"
 
 
 def test_a_sweep_of_worlds_without_references_alone_still_gets_its_table(tmp_path):

@@ -154,9 +154,17 @@ def world_key(env: dict[str, Any]) -> str:
 
 def world_label(env: dict[str, Any], worlds: dict[str, str]) -> str:
     """The name of the world a run's ``env`` config is: the ``conf/env`` file of its id and
-    keyword arguments, else the first of its id, else the id itself."""
+    keyword arguments; without keyword arguments, the first file of its id, else the id; with
+    keyword arguments no file has (``+env.kwargs.enable_wind=true`` on ``env=lunar_lander``),
+    the id and those arguments: another world, never merged with a file's."""
     env_id = str(env["id"])
-    return worlds.get(world_key(env), worlds.get(env_id, env_id))
+    named = worlds.get(world_key(env))
+    if named is not None:
+        return named
+    kwargs = env.get("kwargs") or {}
+    if not kwargs:
+        return worlds.get(env_id, env_id)
+    return f"{env_id} {json.dumps(kwargs, sort_keys=True, default=str)}"
 
 
 def measure_label(config: dict[str, Any]) -> str:
