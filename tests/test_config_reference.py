@@ -44,3 +44,13 @@ def test_comments_defaults_and_the_schemas_words_reach_the_page(tmp_path):
     stale = tmp_path / "config.md"
     stale.write_text(render().replace("`learning.lr`", "`learning.rate`"))
     assert main(["--check", "--out", str(stale)]) == 1
+
+
+def test_a_null_default_has_the_type_the_schema_declares():
+    # The YAML's null says nothing of the type: the schema's annotation does.
+    keys = {k.path: k for k in yaml_keys(CONF / "train.yaml")}
+    assert keys["ckpt_path"].kind == "text or null"  # Optional[str]
+    assert keys["risk_conditioning.settings_per_batch"].kind == "integer or null"  # its class
+    tqc = {k.path: k for k in yaml_keys(CONF / "agent" / "tqc.yaml", "agent.")}
+    assert tqc["agent.target_entropy"].kind == "number or null"  # the agent's config class
+    assert tqc["agent.kappa"].kind == "number"  # a value: its own type

@@ -6,7 +6,8 @@ values the schema accepts and what it means, as one Markdown page.
 
 Nothing on the page is written by hand. The meaning of a key is its comment in the YAML
 (the comment lines just above it and the one after its value); the default and its type
-are the YAML's value; the accepted values are what the checks of
+are the YAML's value (a null default's type is the one the schema's dataclasses declare:
+``number or null``); the accepted values are what the checks of
 :mod:`rs_lightning.config.schema` say when they refuse a value (the text of their
 ``_require`` and ``_at_most`` calls, read from the source), so the page and the errors use
 the same words. ``tests/test_config_reference.py`` fails when the page is stale.
@@ -87,7 +88,8 @@ def yaml_keys(path: Path, prefix: str = "") -> list[Key]:
             continue
         if dotted.split(".")[0] in SKIPPED_SECTIONS:
             continue
-        keys.append(Key(prefix + dotted, _shown(value), _kind(value), comment))
+        kind = _kind(value) if value is not None else _null_kind(prefix + dotted)
+        keys.append(Key(prefix + dotted, _shown(value), kind, comment))
         if inline.strip():
             inline_column = line.index(" #") + 1
     return keys
@@ -116,6 +118,48 @@ def _kind(value) -> str:
     if isinstance(value, dict):
         return "mapping"
     return "text"
+
+
+def _annotation(path: str):
+    """The type the schema declares for a dotted key (``learning.lr``, ``agent.kappa``):
+    the dataclass fields of :class:`~rs_lightning.config.schema.TrainConfig`; under
+    ``agent.``, those of any registered agent's config class, and under
+    ``risk_conditioning.`` those of its own class (the schema types both sections as
+    mappings); None where none is declared."""
+    import dataclasses
+    import typing
+
+    from rs_lightning.agents import AGENTS
+    from rs_lightning.risk.conditioning import RiskConditioning
+
+    def walk(cls, parts):
+        if not (parts and dataclasses.is_dataclass(cls)):
+            return None
+        hint = typing.get_type_hints(cls).get(parts[0])
+        return hint if len(parts) == 1 or hint is None else walk(hint, parts[1:])
+
+    head, *rest = path.split(".")
+    if head == "agent" and rest:
+        hints = (walk(config_class, rest) for _, config_class in AGENTS.values())
+        return next((hint for hint in hints if hint is not None), None)
+    if head == "risk_conditioning":
+        return walk(RiskConditioning, rest)
+    return walk(schema.TrainConfig, [head, *rest])
+
+
+def _null_kind(path: str) -> str:
+    """The type of a key whose default is null: what the schema declares besides None
+    (``number or null`` for ``Optional[float]``), else ``null``."""
+    import typing
+
+    words = {float: "number", int: "integer", str: "text", bool: "true/false",
+             list: "list", dict: "mapping"}
+    hint = _annotation(path)
+    kinds = [words.get(typing.get_origin(arg) or arg) for arg in typing.get_args(hint)
+             if arg is not type(None)]
+    if not kinds or None in kinds:
+        return "null"
+    return " or ".join(dict.fromkeys(kinds)) + " or null"
 
 
 def _shown(value) -> str:
@@ -197,12 +241,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _table(keys: list[Key], accepted: dict[str, list[str]], rename=lambda k: k) -> list[str]:
+def _table(keys: list[Key], accepted: dict[str, list[str]]) -> list[str]:
     rows = ["| key | default | type | accepted | meaning |", "|---|---|---|---|---|"]
     for key in keys:
         if key.kind == "section":
             continue
-        name = rename(key.path)
+        name = key.path
         allowed = "; ".join(accepted.get(name, []))
         rows.append(f"| `{name}` | `{_cell(key.default)}` | {key.kind} | {_cell(allowed)} | "
                     f"{_cell(key.meaning)} |")
@@ -239,13 +283,13 @@ def render() -> str:
             continue
         out += [f"## The `{group.name}` group (`{group.name}=<option>`)", ""]
         for option in options:
-            keys = yaml_keys(option)
+            keys = yaml_keys(option, "" if _is_global(option) else f"{group.name}.")
             first = _first_comment(option)
             out += [f"### `{group.name}={option.stem}`", ""]
             if first:
                 out += [first, ""]
             if any(k.kind != "section" for k in keys) and not _is_global(option):
-                out += [*_table(keys, accepted, rename=lambda k, g=group.name: f"{g}.{k}"), ""]
+                out += [*_table(keys, accepted), ""]
             elif any(k.kind != "section" for k in keys):
                 out += ["Sets these keys:", "", *_table(keys, accepted), ""]
     return "\n".join(out).rstrip() + "\n"
