@@ -10,8 +10,10 @@ neither) and its action in every cell. It writes ``frontier.json`` (every row an
 summary over seeds), ``frontier.csv`` (one row per seed and setting) and ``frontier.png`` (E
 against VaR_rho and against CVaR_rho, one point per alpha with the seeds' spread; E, VaR and
 CVaR against alpha with the seeds' range as bands; on the grid worlds the path of every seed
-at every alpha). The table and the figure also go to a W&B run (job type ``frontier``; offline
-unless ``--wandb online``, none with ``--wandb off``).
+at every alpha; on a world whose class gives exact reference routes, the risky navigation
+world, their exact points and the alpha where the best of them changes). The table and the
+figure also go to a W&B run (job type ``frontier``; offline unless ``--wandb online``, none
+with ``--wandb off``).
 
 What a point means depends on the run:
 
