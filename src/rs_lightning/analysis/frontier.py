@@ -212,24 +212,33 @@ def exact_routes(run_config, rho: float) -> list[dict[str, Any]]:
     own measure (:func:`reference_laws`)."""
     import torch
 
-    from rs_lightning.risk import ReturnDistribution, Utility
+    from rs_lightning.risk import (
+        RISK_MEASURES,
+        ReturnDistribution,
+        conditional_value_at_risk,
+        expectation,
+        value_at_risk,
+    )
 
     utility = run_config.utility
+    measure = RISK_MEASURES[utility.risk] if utility.uses_risk else None
     routes = []
     for route, (atoms, probabilities) in reference_laws(run_config).items():
         law = ReturnDistribution(torch.tensor(atoms), torch.tensor(probabilities))
-        figures = {name: float(Utility(0.0, name, {"rho": rho})(law))
-                   for name in ("var", "cvar")}
-        risk = Utility(0.0, utility.risk, dict(utility.params)) if utility.uses_risk else None
-        routes.append({"route": route, "rho": rho,
-                       "expectation": float(Utility(1.0, "expectation")(law)), **figures,
-                       "risk": float(risk(law)) if risk is not None else None})
+        routes.append({
+            "route": route, "rho": rho, "expectation": float(expectation(law)),
+            "var": float(value_at_risk(law, rho)),
+            "cvar": float(conditional_value_at_risk(law, rho)),
+            "risk": None if measure is None else float(measure(law, **utility.params)),
+        })
     return routes
 
 
 def route_switch_points(routes: list[dict[str, Any]]) -> list[float]:
     """The alphas in (0, 1) where the best route by U = alpha E + (1 - alpha) R changes
     (U of a route is linear in alpha, so the best one changes only where two are equal)."""
+    from itertools import combinations
+
     if len(routes) < 2 or any(r["risk"] is None for r in routes):
         return []
 
@@ -238,13 +247,10 @@ def route_switch_points(routes: list[dict[str, Any]]) -> list[float]:
                    + (1 - alpha) * r["risk"])["route"]
 
     crossings = set()
-    for a in routes:
-        for b in routes:
-            slope = (a["expectation"] - a["risk"]) - (b["expectation"] - b["risk"])
-            if slope != 0:
-                alpha = (b["risk"] - a["risk"]) / slope
-                if 0 < alpha < 1:
-                    crossings.add(alpha)
+    for a, b in combinations(routes, 2):
+        slope = (a["expectation"] - a["risk"]) - (b["expectation"] - b["risk"])
+        if slope != 0 and 0 < (alpha := (b["risk"] - a["risk"]) / slope) < 1:
+            crossings.add(alpha)
     return [alpha for alpha in sorted(crossings)
             if best(alpha - 1e-9) != best(alpha + 1e-9)]
 
@@ -377,6 +383,8 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
                 rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only,
                                              played))
     conditioned = first.agent.risk_conditioned
+    # A world with reference routes (risky navigation): each one's exact figures.
+    routes = exact_routes(first, rows[0]["rho"]) if rows else []
     result = {
         "runs": [str(d) for d in run_dirs],
         "agent": first.agent.name,
@@ -388,14 +396,11 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         "episodes": 0 if exact_only else episodes,
         "summary": summarize(rows),
         "rows": rows,
-        # Where the exact per-decision policy changes its path (grid worlds, VaR / CVaR / E).
-        "exact_switch_alphas": exact_switch_points(first),
-        # A world with reference routes (risky navigation): each one's exact figures.
-        "exact_routes": exact_routes(first, rows[0]["rho"]) if rows else [],
+        # Where the exact per-decision policy changes its path (grid worlds, VaR / CVaR / E),
+        # or where the best reference route changes for the run's own measure.
+        "exact_switch_alphas": exact_switch_points(first) or route_switch_points(routes),
+        "exact_routes": routes,
     }
-    if result["exact_routes"] and not result["exact_switch_alphas"]:
-        # Where the best of those routes changes, for the run's own measure.
-        result["exact_switch_alphas"] = route_switch_points(result["exact_routes"])
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "frontier.json", result)
     write_csv(rows, out_dir / "frontier.csv")
