@@ -54,7 +54,12 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from rs_lightning.analysis.results import DamagedFile, collect, read_config
+from rs_lightning.analysis.results import (
+    DamagedFile,
+    collect,
+    parameters_text,
+    read_config,
+)
 from rs_lightning.analysis.stats import (
     CONFIDENCE,
     MIN_SEEDS_FOR_INTERVAL,
@@ -171,7 +176,7 @@ def measure_label(config: dict[str, Any]) -> str:
     """The utility a run optimised: ``cvar(rho=0.1) a=0.5``."""
     risk = dict(config.get("risk") or {})
     name = risk.pop("name", "?")
-    params = ",".join(f"{key}={value}" for key, value in sorted(risk.items()))
+    params = parameters_text(risk)
     return f"{name}({params}) a={config.get('alpha')}" if params else f"{name} a={config.get('alpha')}"
 
 

@@ -454,6 +454,11 @@ def _agent_label(entry: dict[str, Any]) -> str:
     return f"{entry['agent']} (risk-conditioned)" if conditioned(entry) else entry["agent"]
 
 
+def parameters_text(params: Mapping[str, Any]) -> str:
+    """A measure's parameters as ``levels=[0.1, 0.3],weights=[0.5, 0.5]``, sorted by name."""
+    return ",".join(f"{key}={value}" for key, value in sorted(params.items()))
+
+
 def _risk_label(entry: dict[str, Any]) -> str:
     """The measure and its own parameters: ``cvar_0.1``, ``wang_-0.75``,
     ``spectral(levels=[0.1, 0.3],weights=[0.5, 0.5])`` (a run's top-level rho is the
@@ -468,7 +473,7 @@ def _risk_label(entry: dict[str, Any]) -> str:
     if len(params) == 1:
         (value,) = params.values()
         return f"{risk}_{value:g}" if isinstance(value, (int, float)) else f"{risk}_{value}"
-    return f"{risk}(" + ",".join(f"{key}={value}" for key, value in sorted(params.items())) + ")"
+    return f"{risk}({parameters_text(params)})"
 
 
 def _cell(entry: dict[str, Any], metric: str) -> str:
