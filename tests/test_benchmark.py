@@ -259,6 +259,21 @@ def test_worlds_without_references_get_a_monte_carlo_table(tmp_path, monkeypatch
     assert "| 1 | c51 |" in markdown and "left out" not in markdown
 
 
+def test_a_risk_conditioned_run_is_a_method_of_its_own(tmp_path):
+    """A conditioned agent evaluated at a setting is not pooled with the agent trained at
+    that setting alone: same agent, measure, alpha and world, two rows."""
+    for job, conditioned in enumerate((False, True)):
+        for seed in range(2):
+            lander = windy_lander(seed=seed)
+            lander["agent"]["risk_conditioned"] = conditioned
+            _write_run(tmp_path / f"{job}_agent=tqc" / f"seed_{seed}", lander,
+                       {"seed": seed, "episodes": 10, "utility": 10.0 * job + seed,
+                        "expectation": 0.0, "risk_value": 0.0})
+    section = write_leaderboard(tmp_path).split("### lunar_lander_windy")[1]
+    assert "| tqc (conditioned) / cvar(rho=0.1) a=0.5 / per_decision | 2 | 10.5 |" in section
+    assert "| tqc / cvar(rho=0.1) a=0.5 / per_decision | 2 | 0.5 |" in section
+
+
 def test_a_world_is_named_by_its_conf_file_or_else_by_its_id_and_keyword_arguments():
     worlds = benchmark.world_names()
     windy = windy_lander()["env"]

@@ -8,7 +8,7 @@ from rs_lightning.config.schema import validate
 from rs_lightning.errors import ConfigError
 from tests.conftest import CONF
 
-GROUPS = ["agent", "risk", "env", "logger", "trainer", "callbacks", "debug"]
+GROUPS = ["agent", "risk", "env", "logger", "trainer", "callbacks", "debug", "network", "experiment"]
 
 
 def options(group: str) -> list[str]:

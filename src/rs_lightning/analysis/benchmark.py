@@ -206,11 +206,20 @@ def run_objective(row: dict[str, Any], config: dict[str, Any]) -> str:
     return str(config.get("objective", row.get("objective", "per_decision")))
 
 
+def agent_label(config: dict[str, Any]) -> str:
+    """The agent a run trained: its name, marked when it is risk-conditioned (one network for
+    every setting, evaluated at the run's own), which is another method than the agent
+    trained at that setting alone."""
+    agent = config["agent"]
+    name = str(agent["name"])
+    return f"{name} (conditioned)" if agent.get("risk_conditioned") else name
+
+
 def run_identity(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, str]
                  ) -> dict[str, Any]:
     """The fields of :class:`Run`: which run of which method on which world."""
     return dict(job=row["job"], world=world_label(config["env"], worlds),
-                agent=str(config["agent"]["name"]), measure=measure_label(config),
+                agent=agent_label(config), measure=measure_label(config),
                 objective=run_objective(row, config),
                 seed=int(row.get("seed", config.get("seed", 0))))
 
