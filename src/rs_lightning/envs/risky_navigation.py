@@ -35,7 +35,8 @@ has a strike probability of at least 0.1, so its CVaR_0.1 is at most its base le
 ``start="anywhere"`` draws each episode's start uniformly over the arena outside the goal
 (exploring starts): a training setting (``env.training_kwargs``), so that the critic sees
 the goal reached before its actor finds the way; evaluations start at (0, 0), where the laws
-above hold.
+above hold. ``start="mixed"`` starts half the episodes there and half anywhere, so that the
+actor's choice at the origin, where the routes part, is trained on episodes of its own.
 
 The observation is the position (x, y). ``info["risk_outcome"]`` is -1 once a penalty
 struck in the episode, +1 when the episode ends on the goal without one, 0 otherwise.
@@ -55,7 +56,7 @@ REGION_X = (0.35, 1.65)
 REGION_HALF_HEIGHT = 0.95
 SPEED = 0.1
 ARENA = ((-0.5, 2.5), (-2.5, 2.5))  # x and y bounds the mass cannot leave
-STARTS = ("origin", "anywhere")
+STARTS = ("origin", "anywhere", "mixed")
 
 
 def in_region(x: float, y: float) -> bool:
@@ -148,7 +149,7 @@ class RiskyNavigation(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.position = np.zeros(2)
-        if self.start == "anywhere":
+        if self.start == "anywhere" or (self.start == "mixed" and self.np_random.random() < 0.5):
             low, high = [ARENA[0][0], ARENA[1][0]], [ARENA[0][1], ARENA[1][1]]
             self.position = self.np_random.uniform(low, high)
             while on_goal(*self.position):
