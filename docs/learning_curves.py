@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -49,7 +50,7 @@ def draw(curves: list[tuple[np.ndarray, np.ndarray]], out: Path, title: str,
     ax.set_xlabel("environment steps")
     ax.set_ylabel("greedy policy's mean return")
     ax.set_ylim(*ylim)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 60), fontsize=10)  # a long preset's name wraps
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -61,6 +62,9 @@ def draw_runs(runs: Path, out: Path, name: str, title, threshold: float, thresho
     """One figure, ``<out>/<name>_<folder>.png``, for every run folder in ``runs``;
     ``title(folder name)`` is its title."""
     for run in sorted(p for p in runs.iterdir() if p.is_dir()):
+        if not any(run.glob("eval_history.jsonl")) and not any(run.glob("seed_*/eval_history.jsonl")):
+            print(f"skipped {run}: no eval_history.jsonl, not a run folder")
+            continue
         figure = out / f"{name}_{run.name}.png"
         draw(seed_curves(run), figure, title(run.name), threshold, threshold_label, ylim)
         print(f"-> {figure}")
