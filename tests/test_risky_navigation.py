@@ -280,3 +280,23 @@ def test_five_of_five_seeds_take_the_expected_route(compose, tmp_path, agent, se
         else:
             assert summary["risk_outcome_green"] == 1.0, seed
             assert exact_mean - 0.5 - 1e-9 <= summary["expectation"] <= exact_mean + 1e-9, seed
+
+
+def test_the_frontier_says_where_it_is_on_a_world_of_long_episodes(compose, tmp_path, capsys):
+    """Off the grid worlds each point can take minutes (LunarLander): the frontier prints a
+    line per seed and setting as it goes, with the point's E."""
+    from rs_lightning.app.commands import frontier
+    from rs_lightning.app.train import run
+
+    run(compose(["experiment=risky_navigation", "debug=quick", "logger=none",
+                 "callbacks.progress_bar=false", "trainer.max_steps=20",
+                 "learning.warmup_steps=10", "learning.batch_size=8", "evaluation.episodes=4",
+                 "evaluation.every_n_steps=0", "evaluation.batch_envs=4"]),
+        run_dir=tmp_path / "run")
+    capsys.readouterr()
+    assert frontier.main([str(tmp_path / "run"), "--alpha", "0,1", "--episodes", "4",
+                          "--wandb", "off", "--out", str(tmp_path / "front")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("[rs_lightning] frontier: ") and " seed " in line]
+    assert [line.split(" seed ")[0][-3:] for line in lines] == ["1/2", "2/2"]
+    assert "alpha=0: E=" in lines[0] and "alpha=1: E=" in lines[1]

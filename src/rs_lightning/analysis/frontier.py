@@ -376,12 +376,18 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
                  "skips Monte Carlo)" if first.train.env.grid_size else
                  "; this can take minutes: fewer --episodes or settings go faster"),
               file=sys.stderr)
+    # Long episodes (LunarLander: minutes a point) say where they are; grid worlds are quick.
+    report_each = not first.train.env.grid_size
     for run in runs:
         played: dict[str, PlayedEpisodes] = {}  # this seed's policies, by their grid table
         for parameter in (parameters or [None]):
             for alpha in alphas:
                 rows.append(evaluate_setting(run, alpha, parameter, episodes, exact_only,
                                              played))
+                if report_each:
+                    print(f"[rs_lightning] frontier: {len(rows)}/{len(runs) * settings} "
+                          f"seed {rows[-1]['seed']} alpha={alpha:g}: "
+                          f"E={rows[-1]['expectation']:.4g}", file=sys.stderr)
     conditioned = first.agent.risk_conditioned
     # A world with reference routes (risky navigation): each one's exact figures.
     routes = exact_routes(first, rows[0]["rho"]) if rows else []
