@@ -270,7 +270,7 @@ def test_a_risk_conditioned_run_is_a_method_of_its_own(tmp_path):
                        {"seed": seed, "episodes": 10, "utility": 10.0 * job + seed,
                         "expectation": 0.0, "risk_value": 0.0})
     section = write_leaderboard(tmp_path).split("### lunar_lander_windy")[1]
-    assert "| tqc (conditioned) / cvar(rho=0.1) a=0.5 / per_decision | 2 | 10.5 |" in section
+    assert "| tqc (risk-conditioned) / cvar(rho=0.1) a=0.5 / per_decision | 2 | 10.5 |" in section
     assert "| tqc / cvar(rho=0.1) a=0.5 / per_decision | 2 | 0.5 |" in section
 
 

@@ -56,6 +56,7 @@ import numpy as np
 
 from rs_lightning.analysis.results import (
     DamagedFile,
+    agent_label,
     collect,
     parameters_text,
     read_config,
@@ -206,20 +207,13 @@ def run_objective(row: dict[str, Any], config: dict[str, Any]) -> str:
     return str(config.get("objective", row.get("objective", "per_decision")))
 
 
-def agent_label(config: dict[str, Any]) -> str:
-    """The agent a run trained: its name, marked when it is risk-conditioned (one network for
-    every setting, evaluated at the run's own), which is another method than the agent
-    trained at that setting alone."""
-    agent = config["agent"]
-    name = str(agent["name"])
-    return f"{name} (conditioned)" if agent.get("risk_conditioned") else name
-
-
 def run_identity(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, str]
                  ) -> dict[str, Any]:
     """The fields of :class:`Run`: which run of which method on which world."""
     return dict(job=row["job"], world=world_label(config["env"], worlds),
-                agent=agent_label(config), measure=measure_label(config),
+                agent=agent_label(str(config["agent"]["name"]),
+                                  config["agent"].get("risk_conditioned") is True),
+                measure=measure_label(config),
                 objective=run_objective(row, config),
                 seed=int(row.get("seed", config.get("seed", 0))))
 

@@ -450,8 +450,15 @@ def conditioned(entry: dict[str, Any]) -> bool:
     return entry.get("settings", {}).get(CONDITIONED_KEY) is True
 
 
+def agent_label(name: str, risk_conditioned: bool) -> str:
+    """An agent as the tables name it: a risk-conditioned one (one network for every
+    setting) is another method than the agent trained at one setting, ``c51
+    (risk-conditioned)``."""
+    return f"{name} (risk-conditioned)" if risk_conditioned else name
+
+
 def _agent_label(entry: dict[str, Any]) -> str:
-    return f"{entry['agent']} (risk-conditioned)" if conditioned(entry) else entry["agent"]
+    return agent_label(entry["agent"], conditioned(entry))
 
 
 def parameters_text(params: Mapping[str, Any]) -> str:

@@ -104,20 +104,16 @@ def _lookup(values, dotted: str):
     return node
 
 
+# The page's word for each type, of a YAML value and of a schema annotation alike (bool
+# before int: a bool is an int).
+KIND_WORDS = {bool: "true/false", int: "integer", float: "number", str: "text", list: "list",
+              dict: "mapping"}
+
+
 def _kind(value) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "mapping"
-    return "text"
+    return next((word for kind, word in KIND_WORDS.items() if isinstance(value, kind)), "text")
 
 
 def _annotation(path: str):
@@ -152,10 +148,8 @@ def _null_kind(path: str) -> str:
     (``number or null`` for ``Optional[float]``), else ``null``."""
     import typing
 
-    words = {float: "number", int: "integer", str: "text", bool: "true/false",
-             list: "list", dict: "mapping"}
     hint = _annotation(path)
-    kinds = [words.get(typing.get_origin(arg) or arg) for arg in typing.get_args(hint)
+    kinds = [KIND_WORDS.get(typing.get_origin(arg) or arg) for arg in typing.get_args(hint)
              if arg is not type(None)]
     if not kinds or None in kinds:
         return "null"
