@@ -300,3 +300,34 @@ def test_the_frontier_says_where_it_is_on_a_world_of_long_episodes(compose, tmp_
              if line.startswith("[rs_lightning] frontier: ") and " seed " in line]
     assert [line.split(" seed ")[0][-3:] for line in lines] == ["1/2", "2/2"]
     assert "alpha=0: E=" in lines[0] and "alpha=1: E=" in lines[1]
+
+
+def test_the_sweep_script_trains_each_setting_and_seed_and_reports_their_routes(tmp_path):
+    """benchmarks/navigation_sweep.sh (the many-core screen of the continuous guide): one
+    process per setting and seed, each run's route at every evaluation in routes.txt."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    quick = ("trainer.max_steps=120 learning.warmup_steps=40 learning.batch_size=8 "
+             "evaluation.every_n_steps=60 evaluation.episodes=4 "
+             "evaluation.episodes_during_training=4 evaluation.batch_envs=4")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), RUNS=str(tmp_path / "runs"),
+               PYTHON=sys.executable, SEEDS="0 1", STACKED="", SECONDS_EACH="300",
+               SETTINGS="three_step:learning.n_step=3 agent.n_critics=1;plain:",
+               EXTRA=quick)
+    subprocess.run(["bash", "benchmarks/navigation_sweep.sh"], cwd=root, env=env, check=True,
+                   capture_output=True, timeout=600)
+    exits = (tmp_path / "out" / "exits.txt").read_text().split("\n")
+    names = [f"{name}_{seed}" for name in ("plain", "three_step") for seed in (0, 1)]
+    assert sorted(line for line in exits if line) == [f"{name} exit 0" for name in names]
+    routes = (tmp_path / "out" / "routes.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in routes] == [f"{name}/{name}" for name in names]
+    for line in routes:  # the final evaluation, then one per 60 updates
+        assert " final " in line and line.count("k:") == 2, line
+    config = (tmp_path / "runs" / "three_step_1" / "config.yaml").read_text()
+    assert "n_step: 3" in config and "n_critics: 1" in config and "\nalpha: 0\n" in config
+    assert "n_step: 1" in (tmp_path / "runs" / "plain_0" / "config.yaml").read_text()
+    assert (tmp_path / "out" / "runs.tgz").stat().st_size > 0
