@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
 from rs_lightning.analysis import benchmark
 from rs_lightning.analysis.benchmark import (
     RunScore,
@@ -143,6 +145,29 @@ def test_the_flags_become_the_overrides_of_one_multirun():
     assert f"hydra.sweep.dir={preset['hydra']['sweep']['dir']}" in default
 
 
+def test_the_full_preset_is_the_small_suite_with_more_methods_seeds_and_updates():
+    """Both presets hold the suite's worlds; the full one gives every leaderboard interval
+    5 seeds (a bootstrap interval, not a range) and every measure with exact references."""
+    small, full = command.read_preset("small"), command.read_preset("full")
+    assert command.presets() == ["full", "small"]
+    params = full["hydra"]["sweeper"]["params"]
+    assert params["env"] == small["hydra"]["sweeper"]["params"]["env"]
+    allowed = command.allowed_values(full)
+    assert sorted(command._names(params["risk"])) == allowed["--measures"]
+    assert set(command._names(params["agent"])) > set(command._names(
+        small["hydra"]["sweeper"]["params"]["agent"]))
+    assert full["parallel_seeds"] >= 5 and full["trainer"]["max_steps"] > small["trainer"]["max_steps"]
+    assert full["hydra"]["sweep"]["dir"] != small["hydra"]["sweep"]["dir"]
+    overrides = OverridesParser.create().parse_overrides(
+        [f"{key}={value}" for key, value in params.items()])
+    jobs = [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)
+            for job in batch]
+    assert len(jobs) == 7 * (3 + 3 * 2 * 3) == 147  # dqn: per_decision alone, 3 measures
+    line = _args("--preset", "full")
+    assert "experiment=benchmark_full" in line and "parallel_seeds=5" in line
+    assert "hydra.sweep.dir=outputs/benchmark/full" in line
+
+
 @pytest.mark.parametrize("flag, value, allowed", [
     ("--worlds", "cartpole", "two_stage"), ("--agents", "tqc", "qr_dqn"),
     ("--measures", "wang", "cvar, spectral, var"), ("--objectives", "conditioned", "per_decision, static"),
@@ -155,9 +180,6 @@ def test_an_unknown_name_is_one_line_and_exit_2(capsys, flag, value, allowed):
 
 
 def test_the_sweep_leaves_out_the_pairs_the_config_refuses():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
-
     overrides = OverridesParser.create().parse_overrides(
         ["env=two_stage,cliff_walking", "agent=dqn,c51", "objective=per_decision,static"])
     jobs = [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)

@@ -431,7 +431,8 @@ def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
              "(its standard error per run in scores.csv), so a run at the optimum scores 1 "
              "give or take that error; U* is the optimum over cell-Markov policies on the "
              "paper's grid worlds (a policy of the return so far can beat it) and, with VaR "
-             "on a tabular world, the best policy found (a lower bound)."]
+             "or a spectral measure of two levels on a tabular world, the best policy found "
+             "by a search (a lower bound)."]
     if left_out:
         notes.append(f"{len(left_out)} run(s) left out: " + "; ".join(left_out))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
