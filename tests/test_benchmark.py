@@ -8,9 +8,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
 from rs_lightning.analysis import benchmark
 from rs_lightning.analysis.benchmark import (
     RunScore,
@@ -145,6 +143,18 @@ def test_the_flags_become_the_overrides_of_one_multirun():
     assert f"hydra.sweep.dir={preset['hydra']['sweep']['dir']}" in default
 
 
+def _sweep_jobs(sweep: list[str]) -> list[list[str]]:
+    """The jobs the suite's sweeper launches for these sweep overrides. Imported here, not
+    at the top: Hydra's plugin discovery imports hydra_plugins itself, and a second import
+    of the sweeper's module would give it another BasicSweeper class."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
+
+    overrides = OverridesParser.create().parse_overrides(sweep)
+    return [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)
+            for job in batch]
+
+
 def test_the_full_preset_is_the_small_suite_with_more_methods_seeds_and_updates():
     """Both presets hold the suite's worlds; the full one gives every leaderboard interval
     5 seeds (a bootstrap interval, not a range) and every measure with exact references."""
@@ -158,10 +168,7 @@ def test_the_full_preset_is_the_small_suite_with_more_methods_seeds_and_updates(
         small["hydra"]["sweeper"]["params"]["agent"]))
     assert full["parallel_seeds"] >= 5 and full["trainer"]["max_steps"] > small["trainer"]["max_steps"]
     assert full["hydra"]["sweep"]["dir"] != small["hydra"]["sweep"]["dir"]
-    overrides = OverridesParser.create().parse_overrides(
-        [f"{key}={value}" for key, value in params.items()])
-    jobs = [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)
-            for job in batch]
+    jobs = _sweep_jobs([f"{key}={value}" for key, value in params.items()])
     assert len(jobs) == 7 * (3 + 3 * 2 * 3) == 147  # dqn: per_decision alone, 3 measures
     line = _args("--preset", "full")
     assert "experiment=benchmark_full" in line and "parallel_seeds=5" in line
@@ -180,10 +187,8 @@ def test_an_unknown_name_is_one_line_and_exit_2(capsys, flag, value, allowed):
 
 
 def test_the_sweep_leaves_out_the_pairs_the_config_refuses():
-    overrides = OverridesParser.create().parse_overrides(
-        ["env=two_stage,cliff_walking", "agent=dqn,c51", "objective=per_decision,static"])
-    jobs = [job for batch in ValidPairsSweeper(max_batch_size=None).split_arguments(overrides, None)
-            for job in batch]
+    jobs = _sweep_jobs(["env=two_stage,cliff_walking", "agent=dqn,c51",
+                        "objective=per_decision,static"])
     assert len(jobs) == 6  # 2 worlds x (dqn: per_decision; c51: both)
     assert not any("agent=dqn" in job and "objective=static" in job for job in jobs)
 
