@@ -19,14 +19,10 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
+from rs_lightning.analysis.results import risk_label
+
 WORLDS = {"RiskyRewards-v0": "risky rewards", "RiskyTransitions-v0": "risky transitions",
           "RiskyGridWorld-v0": "risky grid world", "TwoStage-v0": "two-stage"}
-
-
-def measure(summary: dict) -> str:
-    """``var_0.1``, ``cvar_0.1``; a measure of other parameters by its name alone."""
-    risk = summary["risk"]
-    return f"{risk}_{summary['rho']:g}" if risk in ("var", "cvar") else risk
 
 
 def rows(sweeps: list[Path]) -> dict[tuple, list[dict]]:
@@ -35,7 +31,9 @@ def rows(sweeps: list[Path]) -> dict[tuple, list[dict]]:
         for path in sorted(sweep.glob("*/seed_*/eval.json")):
             summary = json.loads(path.read_text())
             world = WORLDS.get(summary["env"].split("/")[-1], summary["env"])
-            runs[(summary["agent"], world, measure(summary),
+            # the results tables' label: var_0.1, cvar_0.1; other measures by name (eval.json
+            # has no parameters but rho)
+            runs[(summary["agent"], world, risk_label(summary),
                   summary.get("objective", "per_decision"))].append(summary)
     return runs
 

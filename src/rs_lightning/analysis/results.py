@@ -466,7 +466,7 @@ def parameters_text(params: Mapping[str, Any]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(params.items()))
 
 
-def _risk_label(entry: dict[str, Any]) -> str:
+def risk_label(entry: dict[str, Any]) -> str:
     """The measure and its own parameters: ``cvar_0.1``, ``wang_-0.75``,
     ``spectral(levels=[0.1, 0.3],weights=[0.5, 0.5])`` (a run's top-level rho is the
     parameter of VaR and CVaR only)."""
@@ -515,7 +515,7 @@ def table_rows(table: list[dict[str, Any]], kind: str = "mean") -> list[list[str
     for e in table:
         if kind == "exact" and "exact_expectation" not in e and "exact_static_utility" not in e:
             continue
-        row = [e["env"].split("/")[-1], _agent_label(e), f"{e['alpha']:g}", _risk_label(e),
+        row = [e["env"].split("/")[-1], _agent_label(e), f"{e['alpha']:g}", risk_label(e),
                *e["varying"].values(), "" if e["budget"] is None else str(e["budget"]),
                str(len(e["seeds"]))]
         if kind == "iqm":
