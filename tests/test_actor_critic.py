@@ -5,6 +5,7 @@ objective on a critic whose law is known."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -40,7 +41,8 @@ def tqc(**changes) -> TQC:
 
 def dsac(**changes) -> DSAC:
     settings = {"name": "dsac", "hidden_sizes": [16], "n_critics": 2, "n_quantiles": 4,
-                "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None}
+                "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None,
+                "actor_law": "pessimistic"}
     settings.update(changes)
     return DSAC(DSACConfig(**settings), PROBLEM)
 
@@ -101,6 +103,21 @@ def test_truncation_and_the_pessimistic_law():
     torch.testing.assert_close(truncated_mixture(quantiles, 0), torch.arange(1.0, 7.0))
     twins = torch.tensor([[3.0, 1.0, 5.0], [2.0, 6.0, 4.0]])
     torch.testing.assert_close(pessimistic_quantiles(twins), torch.tensor([1.0, 3.0, 5.0]))
+
+
+def test_dsac_s_actor_law_is_the_pessimistic_one_or_the_critics_mixture():
+    """The target is the twin critics' pessimistic law either way; ``actor_law`` picks what
+    the actor maximises U of (with twins that disagree, the mixture's mean is the critics'
+    mean, the pessimistic law's lower)."""
+    twins = torch.tensor([[3.0, 1.0, 5.0], [2.0, 6.0, 4.0]])
+    pessimistic, mixture = dsac(), dsac(actor_law="mixture")
+    for agent in (pessimistic, mixture):
+        torch.testing.assert_close(agent.target_atoms(twins), torch.tensor([1.0, 3.0, 5.0]))
+    torch.testing.assert_close(pessimistic.actor_atoms(twins), torch.tensor([1.0, 3.0, 5.0]))
+    torch.testing.assert_close(mixture.actor_atoms(twins).sort().values, torch.arange(1.0, 7.0))
+    with pytest.raises(ValueError, match="agent.actor_law: must be one of pessimistic, "
+                                         "mixture, got 'min'"):
+        DSACConfig(**{**vars(pessimistic.config), "actor_law": "min"}).check()
 
 
 class KnownCritic(nn.Module):
@@ -186,7 +203,8 @@ MEASURES = [
 ]
 
 
-@pytest.mark.parametrize("make", [tqc, dsac], ids=["tqc", "dsac"])
+@pytest.mark.parametrize("make", [tqc, dsac, functools.partial(dsac, actor_law="mixture")],
+                         ids=["tqc", "dsac", "dsac-mixture"])
 @pytest.mark.parametrize("utility", MEASURES, ids=lambda u: f"{u.risk}-alpha{u.alpha}")
 def test_the_actor_moves_its_action_toward_the_higher_utility(make, utility):
     """On the known critic, each measure's U(a) has a slope at a = 0 whose sign the risk

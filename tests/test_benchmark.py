@@ -301,6 +301,22 @@ def test_a_risk_conditioned_run_is_a_method_of_its_own(tmp_path):
     assert "| tqc / cvar(rho=0.1) a=0.5 / per_decision | 2 | 0.5 |" in section
 
 
+def test_a_dsac_whose_actor_reads_the_critics_mixture_is_a_method_of_its_own(tmp_path):
+    """agent.actor_law=mixture names its own row; the default pessimistic law, the agent's
+    name alone."""
+    for job, law in enumerate(("pessimistic", "mixture", "mixture")):
+        lander = windy_lander("dsac", seed=0)
+        lander["agent"]["actor_law"] = law
+        lander["agent"]["risk_conditioned"] = job == 2
+        _write_run(tmp_path / f"{job}_agent=dsac" / "seed_0", lander,
+                   {"seed": 0, "episodes": 10, "utility": float(job), "expectation": 0.0,
+                    "risk_value": 0.0})
+    section = write_leaderboard(tmp_path).split("### lunar_lander_windy")[1]
+    for label, utility in (("dsac", 0), ("dsac (mixture actor)", 1),
+                           ("dsac (mixture actor, risk-conditioned)", 2)):
+        assert f"| {label} / cvar(rho=0.1) a=0.5 / per_decision | 1 | {utility} |" in section
+
+
 def test_a_world_is_named_by_its_conf_file_or_else_by_its_id_and_keyword_arguments():
     worlds = benchmark.world_names()
     windy = windy_lander()["env"]

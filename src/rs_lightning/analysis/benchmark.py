@@ -212,7 +212,8 @@ def run_identity(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, 
     """The fields of :class:`Run`: which run of which method on which world."""
     return dict(job=row["job"], world=world_label(config["env"], worlds),
                 agent=agent_label(str(config["agent"]["name"]),
-                                  config["agent"].get("risk_conditioned") is True),
+                                  config["agent"].get("risk_conditioned") is True,
+                                  config["agent"].get("actor_law")),
                 measure=measure_label(config),
                 objective=run_objective(row, config),
                 seed=int(row.get("seed", config.get("seed", 0))))

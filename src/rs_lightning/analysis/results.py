@@ -84,6 +84,7 @@ IDENTITY_KEYS = {"env.id": "env", "agent.name": "agent", "alpha": "alpha", "risk
                  "rho": "rho"}
 BUDGET_KEY = "trainer.max_steps"  # shown in its own column, "updates"
 CONDITIONED_KEY = "agent.risk_conditioned"  # named in the agent column
+ACTOR_LAW_KEY = "agent.actor_law"  # DSAC's; a law other than the default named there too
 SHOWN_KEYS = {*IDENTITY_KEYS, "risk.rho", BUDGET_KEY}
 MISSING = "—"  # the value of a key a run's config does not have
 
@@ -450,15 +451,19 @@ def conditioned(entry: dict[str, Any]) -> bool:
     return entry.get("settings", {}).get(CONDITIONED_KEY) is True
 
 
-def agent_label(name: str, risk_conditioned: bool) -> str:
+def agent_label(name: str, risk_conditioned: bool, actor_law: str | None = None) -> str:
     """An agent as the tables name it: a risk-conditioned one (one network for every
     setting) is another method than the agent trained at one setting, ``c51
-    (risk-conditioned)``."""
-    return f"{name} (risk-conditioned)" if risk_conditioned else name
+    (risk-conditioned)``, and so is a DSAC whose actor maximises U of its critics' mixture
+    (``agent.actor_law=mixture``), ``dsac (mixture actor)``."""
+    variants = [*(["mixture actor"] if actor_law == "mixture" else []),
+                *(["risk-conditioned"] if risk_conditioned else [])]
+    return f"{name} ({', '.join(variants)})" if variants else name
 
 
 def _agent_label(entry: dict[str, Any]) -> str:
-    return agent_label(entry["agent"], conditioned(entry))
+    return agent_label(entry["agent"], conditioned(entry),
+                       entry.get("settings", {}).get(ACTOR_LAW_KEY))
 
 
 def parameters_text(params: Mapping[str, Any]) -> str:

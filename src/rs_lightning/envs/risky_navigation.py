@@ -3,14 +3,21 @@
 A point mass starts at (0, 0) and must reach the goal, the square |x - 2| <= 0.15,
 |y| <= 0.15. Each step it moves by 0.1 times its action, a = (a_x, a_y) in [-1, 1]^2 (the
 speed limit is per coordinate: a diagonal step is as fast as a straight one). Between start
-and goal lies the risky region, the rectangle 0.35 <= x <= 1.65, |y| < 0.95: at every step
-that ends in it, with probability ``strike_probability`` (0.1) a penalty of ``penalty``
-(0.8) strikes. The way around the region is longer.
+and goal lies the risky region, the rectangle 0.35 <= x <= 1.65, ``south_edge`` < y < 0.95
+(the preset's south edge: -1.35): at every step that ends in it, with probability
+``strike_probability`` (0.1) a penalty of ``penalty`` (0.8) strikes. The way around the
+region is longer.
 
-Rewards per step: ``-step_cost`` (0.1), the penalty when it strikes, and a shaping term
-``shaping`` x (d(s) - d(s')), d the Euclidean distance to the goal square (0 on it), which
-tells the mass where the goal is and adds ``shaping`` x 1.85 to every episode that reaches
-the goal from the start, whatever the path. The episode ends (terminated) on the goal.
+**A lopsided region** (``south_edge`` below -0.95; the preset keeps the symmetric -0.95).
+With a symmetric region there are two equally short ways around, by the north and by the
+south, and the start lies on the boundary between them: an optimal policy turns north just
+above the x axis and south just below it. A continuous actor can only blur that jump, so at
+the start itself it may head nearly straight for the west gate and drift slowly to one side;
+whether it slips through the gate (|y| < 0.25) is then a matter of a few hundredths. With
+the south edge at -1.35 the way by the north is 31 steps from the start and the way by the
+south 39, equally long only from (0, -0.4), and the laws of the two routes below are the
+same. Measured, it did not help (docs/guides/continuous.md): actors still took the south
+way, or crossed.
 
 **Fences** (``gate``, the preset's 0.25; None: none): the region's long sides and its two
 ends are fenced, except a gate |y| < ``gate`` in each end (:func:`fenced`: a move that would
@@ -53,14 +60,14 @@ import numpy as np
 GOAL = (2.0, 0.0)
 GOAL_HALF_WIDTH = 0.15
 REGION_X = (0.35, 1.65)
-REGION_HALF_HEIGHT = 0.95
+REGION_HALF_HEIGHT = 0.95  # the north side's y; the south side's is -0.95 unless moved
 SPEED = 0.1
 ARENA = ((-0.5, 2.5), (-2.5, 2.5))  # x and y bounds the mass cannot leave
 STARTS = ("origin", "anywhere", "mixed")
 
 
-def in_region(x: float, y: float) -> bool:
-    return REGION_X[0] <= x <= REGION_X[1] and abs(y) < REGION_HALF_HEIGHT
+def in_region(x: float, y: float, south_edge: float = -REGION_HALF_HEIGHT) -> bool:
+    return REGION_X[0] <= x <= REGION_X[1] and south_edge < y < REGION_HALF_HEIGHT
 
 
 # A move that passes a fence's end (a corner of the region, a gate's edge) within this is let
@@ -69,15 +76,15 @@ def in_region(x: float, y: float) -> bool:
 _GRAZE = 1e-9
 
 
-def fenced(old: tuple[float, float], new: tuple[float, float], gate: float
-           ) -> tuple[float, float]:
+def fenced(old: tuple[float, float], new: tuple[float, float], gate: float,
+           south_edge: float = -REGION_HALF_HEIGHT) -> tuple[float, float]:
     """Where a move from ``old`` toward ``new`` ends when the region is fenced: its long
-    sides (y = +-REGION_HALF_HEIGHT) and its two ends (x = REGION_X[0], REGION_X[1]) except a
+    sides (y = REGION_HALF_HEIGHT and y = ``south_edge``) and its two ends (x = REGION_X[0], REGION_X[1]) except a
     gate |y| < ``gate`` in each end. A move that would cross a fence stops at it and slides
     along it, so the region is entered and left through the gates alone."""
     (x0, y0), (x1, y1) = old, new
     left, right = REGION_X
-    for edge in (REGION_HALF_HEIGHT, -REGION_HALF_HEIGHT):  # the long sides
+    for edge in (REGION_HALF_HEIGHT, south_edge):  # the long sides
         inside_before = (y0 < edge) if edge > 0 else (y0 > edge)
         inside_after = (y1 < edge) if edge > 0 else (y1 > edge)
         if inside_before != inside_after:
@@ -89,7 +96,8 @@ def fenced(old: tuple[float, float], new: tuple[float, float], gate: float
         inside_after = (x1 >= edge) if outward < 0 else (x1 <= edge)
         if inside_before != inside_after:
             crossing = y0 + (y1 - y0) * (edge - x0) / (x1 - x0)
-            if gate + _GRAZE < abs(crossing) < REGION_HALF_HEIGHT - _GRAZE:
+            if (abs(crossing) > gate + _GRAZE
+                    and south_edge + _GRAZE < crossing < REGION_HALF_HEIGHT - _GRAZE):
                 x1 = edge if inside_before else math.nextafter(edge, outward)
     return x1, y1
 
@@ -115,21 +123,27 @@ class RiskyNavigation(gym.Env):
     @staticmethod
     def reference_laws(strike_probability: float = 0.1, penalty: float = 0.8,
                        step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
-                       gate: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                       gate: float | None = None, south_edge: float = -REGION_HALF_HEIGHT,
+                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The exact laws of S of the routes that matter from the start, for the world these
         keyword arguments make (:func:`route_laws`): what the tools put beside a learned
         policy (``rs-lightning frontier``). ``start`` shapes training alone."""
-        return route_laws(strike_probability, penalty, step_cost, shaping, gate)
+        return route_laws(strike_probability, penalty, step_cost, shaping, gate, south_edge)
 
     def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
                  step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
-                 gate: float | None = None) -> None:
+                 gate: float | None = None, south_edge: float = -REGION_HALF_HEIGHT) -> None:
         if not 0.0 <= strike_probability <= 1.0:
             raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
-        if gate is not None and not 0.0 < gate <= REGION_HALF_HEIGHT:
-            raise ValueError(f"gate must be in (0, {REGION_HALF_HEIGHT}] or None, got {gate}")
+        if not south_edge <= -GOAL_HALF_WIDTH - SPEED:
+            raise ValueError(f"south_edge must be at most {-GOAL_HALF_WIDTH - SPEED:g} (the "
+                             f"region spans the start's row), got {south_edge}")
+        if gate is not None and not 0.0 < gate <= min(REGION_HALF_HEIGHT, -south_edge):
+            raise ValueError(f"gate must be in (0, {min(REGION_HALF_HEIGHT, -south_edge):g}] "
+                             f"or None, got {gate}")
+        self.south_edge = float(south_edge)
         self.start = start
         self.strike_probability = float(strike_probability)
         self.penalty = float(penalty)
@@ -164,11 +178,13 @@ class RiskyNavigation(gym.Env):
         position[0] = min(max(position[0], ARENA[0][0]), ARENA[0][1])
         position[1] = min(max(position[1], ARENA[1][0]), ARENA[1][1])
         if self.gate is not None:
-            position = np.array(fenced(tuple(self.position), tuple(position), self.gate))
+            position = np.array(fenced(tuple(self.position), tuple(position), self.gate,
+                                       self.south_edge))
         self.position = position
         reward = -self.step_cost + self.shaping * (before - goal_distance(*position))
         # One draw at every step that ends in the region (and only there).
-        if in_region(*position) and self.np_random.random() < self.strike_probability:
+        if (in_region(*position, self.south_edge)
+                and self.np_random.random() < self.strike_probability):
             self.struck = True
             reward -= self.penalty
         terminated = on_goal(*position)
@@ -176,7 +192,8 @@ class RiskyNavigation(gym.Env):
         return self._obs(), float(reward), terminated, False, {"risk_outcome": outcome}
 
 
-def lattice_moves(cell: tuple[int, int], gate: float | None = None):
+def lattice_moves(cell: tuple[int, int], gate: float | None = None,
+                  south_edge: float = -REGION_HALF_HEIGHT):
     """The full-speed moves from a lattice cell (i, j), at (0.1 i, 0.1 j): ``(next cell, x,
     y)`` for each of the 8 neighbours inside the arena (with a ``gate``, not across a fence)."""
     i, j = cell
@@ -187,22 +204,24 @@ def lattice_moves(cell: tuple[int, int], gate: float | None = None):
             if nxt == cell or not (ARENA[0][0] <= x <= ARENA[0][1]
                                    and ARENA[1][0] <= y <= ARENA[1][1]):
                 continue
-            if gate is not None and fenced((i * SPEED, j * SPEED), (x, y), gate) != (x, y):
+            if gate is not None and fenced((i * SPEED, j * SPEED), (x, y), gate,
+                                           south_edge) != (x, y):
                 continue
             yield nxt, x, y
 
 
-def least_cost_path(step_cost: float, region_cost: float | None, gate: float | None = None
+def least_cost_path(step_cost: float, region_cost: float | None, gate: float | None = None,
+                    south_edge: float = -REGION_HALF_HEIGHT, start: tuple[int, int] = (0, 0)
                     ) -> list[tuple[float, float]]:
     """The path of full-speed moves from the start to the goal of least total cost,
     ``step_cost`` a step plus ``region_cost`` a step that ends in the region (None: the
     region is forbidden), by Dijkstra's algorithm over the lattice of full-speed moves (the
     region's and the goal's edges lie 0.05 off it, so a path on it never grazes an edge);
     among paths of equal cost, the first found; with a ``gate``, no move crosses a fence
-    (:func:`fenced`). Returns the positions after each step."""
+    (:func:`fenced`). ``start``: the lattice cell it starts from. Returns the positions
+    after each step."""
     import heapq
 
-    start = (0, 0)
     best = {start: 0.0}
     parent: dict[tuple[int, int], tuple[int, int]] = {}
     queue = [(0.0, start)]
@@ -216,8 +235,8 @@ def least_cost_path(step_cost: float, region_cost: float | None, gate: float | N
                 path.append((cell[0] * SPEED, cell[1] * SPEED))
                 cell = parent[cell]
             return path[::-1]
-        for nxt, x, y in lattice_moves(cell, gate):
-            inside = in_region(x, y)
+        for nxt, x, y in lattice_moves(cell, gate, south_edge):
+            inside = in_region(x, y, south_edge)
             if inside and region_cost is None:
                 continue
             total = cost + step_cost + (region_cost if inside else 0.0)
@@ -229,23 +248,25 @@ def least_cost_path(step_cost: float, region_cost: float | None, gate: float | N
 
 
 def route_paths(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
-                gate: float | None = None) -> dict[str, list[tuple[float, float]]]:
+                gate: float | None = None, south_edge: float = -REGION_HALF_HEIGHT
+                ) -> dict[str, list[tuple[float, float]]]:
     """The two paths of the module docstring: ``"crossing"``, the risk-neutral optimum (the
     least expected cost: a step costs ``step_cost``, a step in the region
     ``strike_probability`` x ``penalty`` more), and ``"around"``, the shortest path that
     never enters the region (the same with and without the fences)."""
-    return {"crossing": least_cost_path(step_cost, strike_probability * penalty, gate),
-            "around": least_cost_path(step_cost, None, gate)}
+    return {"crossing": least_cost_path(step_cost, strike_probability * penalty, gate,
+                                        south_edge),
+            "around": least_cost_path(step_cost, None, gate, south_edge)}
 
 
 def path_law(path: list[tuple[float, float]], strike_probability: float = 0.1,
-             penalty: float = 0.8, step_cost: float = 0.1, shaping: float = 1.0
-             ) -> tuple[np.ndarray, np.ndarray]:
+             penalty: float = 0.8, step_cost: float = 0.1, shaping: float = 1.0,
+             south_edge: float = -REGION_HALF_HEIGHT) -> tuple[np.ndarray, np.ndarray]:
     """The law of the undiscounted return S of a path that ends on the goal: ``(atoms,
     probabilities)``, atoms ascending (S = 1.85 shaping - n step_cost - penalty K, K the
     strikes of its k steps in the region, Binomial(k, strike_probability))."""
     steps = len(path)
-    inside = sum(in_region(*point) for point in path)
+    inside = sum(in_region(*point, south_edge) for point in path)
     strikes = np.arange(inside + 1)
     probabilities = np.array([math.comb(inside, k) * strike_probability**k
                               * (1.0 - strike_probability) ** (inside - k) for k in strikes])
@@ -255,8 +276,10 @@ def path_law(path: list[tuple[float, float]], strike_probability: float = 0.1,
 
 
 def route_laws(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
-               shaping: float = 1.0, gate: float | None = None
+               shaping: float = 1.0, gate: float | None = None,
+               south_edge: float = -REGION_HALF_HEIGHT
                ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The law of S of each path of :func:`route_paths`: ``{route: (atoms, probabilities)}``."""
-    return {route: path_law(path, strike_probability, penalty, step_cost, shaping)
-            for route, path in route_paths(strike_probability, penalty, step_cost, gate).items()}
+    paths = route_paths(strike_probability, penalty, step_cost, gate, south_edge)
+    return {route: path_law(path, strike_probability, penalty, step_cost, shaping, south_edge)
+            for route, path in paths.items()}
