@@ -121,6 +121,28 @@ def test_an_actor_critic_gives_actions_in_the_environments_own_box(tmp_path):
     assert trained.act(np.zeros((4, 3), np.float32)).shape == (4, 1)
 
 
+def test_a_run_recorded_before_a_key_of_its_agent_existed_loads_with_its_default(runs, tmp_path):
+    """A run written before ``agent.actor_law`` existed (DSAC's config without it) loads,
+    the key taking today's default from conf/agent/dsac.yaml; a recorded value is kept."""
+    import shutil
+
+    import yaml
+
+    def copy_with(folder, **agent_keys):
+        shutil.copytree(runs["dsac"], folder)
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        assert config["agent"].pop("actor_law") == "pessimistic"
+        config["agent"].update(agent_keys)
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        return rs_lightning.load_agent(folder)
+
+    old = copy_with(tmp_path / "old")
+    assert old.config.agent.actor_law == "pessimistic"
+    np.testing.assert_allclose(old.act(POSITIONS), rs_lightning.load_agent(
+        runs["dsac"]).act(POSITIONS))
+    assert copy_with(tmp_path / "recorded", actor_law="mixture").config.agent.actor_law == "mixture"
+
+
 def test_bad_calls_say_what_to_do(runs, tmp_path):
     trained = rs_lightning.load_agent(runs["dqn"])
     with pytest.raises(ValueError, match=r"expected a batch \[B, \.\.\.\]"):
