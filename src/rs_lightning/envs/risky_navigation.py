@@ -4,9 +4,14 @@ A point mass starts at (0, 0) and must reach the goal, the square |x - 2| <= 0.1
 |y| <= 0.15. Each step it moves by 0.1 times its action, a = (a_x, a_y) in [-1, 1]^2 (the
 speed limit is per coordinate: a diagonal step is as fast as a straight one). Between start
 and goal lies the risky region, the rectangle 0.35 <= x <= 1.65, ``south_edge`` < y < 0.95
-(the preset's south edge: -1.35): at every step that ends in it, with probability
-``strike_probability`` (0.1) a penalty of ``penalty`` (0.8) strikes. The way around the
-region is longer.
+(``south_edge`` -0.95 by default: |y| < 0.95): at every step that ends in it, with
+probability ``strike_probability`` (0.1) a penalty of ``penalty`` (0.8) strikes. The way
+around the region is longer.
+
+Rewards per step: ``-step_cost`` (0.1), the penalty when it strikes, and a shaping term
+``shaping`` x (d(s) - d(s')), d the Euclidean distance to the goal square (0 on it), which
+tells the mass where the goal is and adds ``shaping`` x 1.85 to every episode that reaches
+the goal from the start, whatever the path. The episode ends (terminated) on the goal.
 
 **A lopsided region** (``south_edge`` below -0.95; the preset keeps the symmetric -0.95).
 With a symmetric region there are two equally short ways around, by the north and by the
@@ -16,8 +21,8 @@ the start itself it may head nearly straight for the west gate and drift slowly 
 whether it slips through the gate (|y| < 0.25) is then a matter of a few hundredths. With
 the south edge at -1.35 the way by the north is 31 steps from the start and the way by the
 south 39, equally long only from (0, -0.4), and the laws of the two routes below are the
-same. Measured, it did not help (docs/guides/continuous.md): actors still took the south
-way, or crossed.
+same. Measured, it did not help (docs/guides/continuous.md): some seeds still crossed, and
+some took the longer way by the south.
 
 **Fences** (``gate``, the preset's 0.25; None: none): the region's long sides and its two
 ends are fenced, except a gate |y| < ``gate`` in each end (:func:`fenced`: a move that would
@@ -79,8 +84,8 @@ _GRAZE = 1e-9
 def fenced(old: tuple[float, float], new: tuple[float, float], gate: float,
            south_edge: float = -REGION_HALF_HEIGHT) -> tuple[float, float]:
     """Where a move from ``old`` toward ``new`` ends when the region is fenced: its long
-    sides (y = REGION_HALF_HEIGHT and y = ``south_edge``) and its two ends (x = REGION_X[0], REGION_X[1]) except a
-    gate |y| < ``gate`` in each end. A move that would cross a fence stops at it and slides
+    sides (y = REGION_HALF_HEIGHT and y = ``south_edge``) and its two ends (x = REGION_X[0],
+    REGION_X[1]) except a gate |y| < ``gate`` in each end. A move that would cross a fence stops at it and slides
     along it, so the region is entered and left through the gates alone."""
     (x0, y0), (x1, y1) = old, new
     left, right = REGION_X
