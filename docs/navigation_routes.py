@@ -77,7 +77,7 @@ def draw_world(ax, kwargs: dict) -> None:
 def panel(ax, title: str, run: Path) -> list[str]:
     """One run's seeds on one axis; returns a line per seed."""
     import rs_lightning
-    from rs_lightning.envs.risky_navigation import in_region
+    from rs_lightning.envs.risky_navigation import REGION_HALF_HEIGHT, in_region
 
     seeds = sorted(run.glob("seed_*")) or [run]
     lines, kwargs = [], None
@@ -85,7 +85,7 @@ def panel(ax, title: str, run: Path) -> list[str]:
         agent = rs_lightning.load_agent(folder)
         kwargs = dict(agent.config.train.env.kwargs or {})
         path, reached = greedy_path(agent)
-        south = kwargs.get("south_edge", -0.95)
+        south = kwargs.get("south_edge", -REGION_HALF_HEIGHT)  # the world's default
         crossed = any(in_region(x, y, south) for x, y in path)
         route = "crosses" if crossed else ("around" if reached else "stalls")
         name = folder.name.replace("_", " ")
