@@ -1,4 +1,4 @@
-"""The grid worlds against shared/spec/benchmarks.md.
+"""The grid worlds against the rules of the paper's appendix A.
 
 The spec is restated here independently of the implementation (SPEC below), so that a
 change to the environments' rules fails a test rather than silently moving both sides.

@@ -1,5 +1,5 @@
 """The exact return distribution against Monte Carlo of the real environments, against
-closed forms, and against the paper's table (shared/spec/benchmarks.md)."""
+closed forms, and against the paper's table (appendix A)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from rs_lightning.risk import Utility
 
 RHO, GAMMA = 0.1, 0.9  # the paper's risk level and discount (conf/env/*.yaml)
 PAPER_WORLDS = sorted(PAPER_PATHS)
-# The paper's table (shared/spec/benchmarks.md): (E[S], VaR_0.1[S], U[S] at alpha 0.5) of
+# The paper's table (appendix A): (E[S], VaR_0.1[S], U[S] at alpha 0.5) of
 # the DQN (orange) and RS-UMDQN-C (green) policies; Monte Carlo figures, hence abs=0.03
 # (tests/test_exact.py).
 PAPER = {

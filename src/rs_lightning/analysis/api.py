@@ -131,7 +131,7 @@ class TrainedAgent:
     def act(self, observations) -> np.ndarray:
         """The greedy action of each observation -> ``[B]`` (integers), or for an
         actor-critic the mean action ``[B, d]`` in [-1, 1]^d (the environment's box mapped
-        onto it: :meth:`env_action` maps it back)."""
+        onto it: `env_action` maps it back)."""
         actions = _numpy(self.policy.greedy(_batch(observations)))
         return actions.astype(np.float32 if self.continuous else np.int64)
 

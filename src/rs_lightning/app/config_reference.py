@@ -231,8 +231,17 @@ def accepted_values() -> dict[str, list[str]]:
     return found
 
 
+def _prose(text: str) -> str:
+    """A YAML comment as Markdown text: ``<`` and ``>`` outside code spans escaped, so that
+    a placeholder such as ``<run>/seed_<s>/`` reads as written rather than as an HTML tag."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # the even parts lie outside `code` spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _prose(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(keys: list[Key], accepted: dict[str, list[str]]) -> list[str]:
@@ -242,7 +251,8 @@ def _table(keys: list[Key], accepted: dict[str, list[str]]) -> list[str]:
             continue
         name = key.path
         allowed = "; ".join(accepted.get(name, []))
-        rows.append(f"| `{name}` | `{_cell(key.default)}` | {key.kind} | {_cell(allowed)} | "
+        default = key.default.replace("|", "\\|")  # inside a code span: no escapes
+        rows.append(f"| `{name}` | `{default}` | {key.kind} | {_cell(allowed)} | "
                     f"{_cell(key.meaning)} |")
     return rows
 
@@ -269,7 +279,7 @@ def render() -> str:
         heading = next((k for k in keys if k.path == section and k.kind == "section"), None)
         out += [f"### `{section}`", ""]
         if heading is not None and heading.meaning:
-            out += [heading.meaning, ""]
+            out += [_prose(heading.meaning), ""]
         out += [*_table(keys, accepted), ""]
     for group in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
         options = sorted(group.glob("*.yaml"))
@@ -281,7 +291,7 @@ def render() -> str:
             first = _first_comment(option)
             out += [f"### `{group.name}={option.stem}`", ""]
             if first:
-                out += [first, ""]
+                out += [_prose(first), ""]
             if any(k.kind != "section" for k in keys) and not _is_global(option):
                 out += [*_table(keys, accepted), ""]
             elif any(k.kind != "section" for k in keys):

@@ -1,6 +1,6 @@
 """The paper's three 3 x 3 grid worlds (Théate & Ernst, appendix A).
 
-The semantics follow ``shared/spec/benchmarks.md``, which settles where the paper's text and
+The semantics follow the paper; ``docs/guides/paper.md`` says where the paper's text and
 the authors' code disagree. Every environment is a tabular MDP: :meth:`GridWorld.outcomes`
 returns the exact one-step model, and :meth:`GridWorld.step` samples from a table compiled
 from that same model, so the simulator and the exact computations in
