@@ -54,3 +54,11 @@ def test_a_null_default_has_the_type_the_schema_declares():
     tqc = {k.path: k for k in yaml_keys(CONF / "agent" / "tqc.yaml", "agent.")}
     assert tqc["agent.target_entropy"].kind == "number or null"  # the agent's config class
     assert tqc["agent.kappa"].kind == "number"  # a value: its own type
+
+
+def test_placeholders_in_comments_read_as_written_not_as_html():
+    from tests.test_docs_pages import leaks
+
+    page = render()
+    assert not leaks(page)  # `<run>/seed_<s>/` was a tag that struck the text through
+    assert "in &lt;run&gt;/seed_&lt;s&gt;/, as a run" in page
