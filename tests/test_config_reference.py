@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from rs_lightning.app.config_reference import PAGE, accepted_values, main, render, yaml_keys
-from tests.conftest import CONF
+from tests.conftest import CONF, ROOT
 
 
 def test_the_committed_page_is_what_conf_gives():
     # Stale after a change to conf/ or to the schema's checks: run
     # `rs-lightning config-reference` and commit docs/reference/config.md.
-    assert PAGE.read_text() == render()
-    assert main(["--check"]) == 0
+    assert (ROOT / PAGE).read_text() == render()
+    assert main(["--check", "--out", str(ROOT / PAGE)]) == 0
 
 
 def test_every_key_of_the_default_config_is_on_the_page(compose):
@@ -62,3 +62,11 @@ def test_placeholders_in_comments_read_as_written_not_as_html():
     page = render()
     assert not leaks(page)  # `<run>/seed_<s>/` was a tag that struck the text through
     assert "in &lt;run&gt;/seed_&lt;s&gt;/, as a run" in page
+
+
+def test_outside_a_checkout_the_page_is_not_written_and_one_line_says_why(tmp_path, monkeypatch,
+                                                                          capsys):
+    monkeypatch.chdir(tmp_path)  # an installed package, run in a folder without docs/
+    assert main([]) == 2
+    assert capsys.readouterr().err.startswith("error: --out: docs/reference is not a folder")
+    assert not any(tmp_path.iterdir())

@@ -14,7 +14,13 @@ import importlib.abc
 import importlib.util
 import sys
 
-__version__ = "0.2.0"
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _installed_version
+
+try:  # one source: the version in pyproject.toml, as installed
+    __version__ = _installed_version("rs-lightning")
+except _NotInstalled:  # src/ put on the path by hand
+    __version__ = "unknown"
 
 # The Python API of trained agents (rs_lightning.analysis.api), imported on first use so
 # that importing the package stays light.
@@ -22,6 +28,10 @@ API = ("load_agent", "load_runs", "TrainedAgent", "ActionLaws")
 
 
 def __getattr__(name: str):
+    if name == "train":  # training from Python (rs_lightning.app.train_api)
+        from rs_lightning.app.train_api import train
+
+        return train
     if name in API:
         from rs_lightning.analysis import api
 

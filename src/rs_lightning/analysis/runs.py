@@ -29,7 +29,7 @@ class TrainedRun:
 
 # Sections whose keys are the same for every choice of agent, risk and env: a run recorded by
 # an earlier version may lack keys added since, which take today's defaults.
-_SHARED_SECTIONS = ("learning", "evaluation", "fault_injection", "limits")
+_SHARED_SECTIONS = ("learning", "evaluation", "fault_injection", "limits", "plugins")
 
 
 def with_current_defaults(cfg):

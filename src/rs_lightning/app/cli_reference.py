@@ -21,20 +21,21 @@ import sys
 from pathlib import Path
 
 from rs_lightning.app.config_reference import write_or_check
-from rs_lightning.config import CONF_DIR
 
-ROOT = CONF_DIR.parent  # the repository
-PAGE = ROOT / "docs" / "reference" / "cli.md"
+# The page, in the repository's checkout (the folder the command runs in).
+PAGE = Path("docs") / "reference" / "cli.md"
 WIDTH = "80"
 
 INTRO = """\
 # Command-line tools
 
-Training is `python train.py [overrides]`, Hydra's command line: every key of the
+Training is `rs-lightning train [overrides]` (in the repository, `python train.py
+[overrides]` is the same command), Hydra's command line: every key of the
 [configuration reference](config.md) is an override (`key=value`), `-m` makes a multirun
-(a sweep) of comma-separated values, and `--help` lists the config groups. Everything that
-reads finished runs is one command, `rs-lightning TOOL`; `python -m rs_lightning.<module>`
-runs the same tool (the module is named beside each tool below).
+(a sweep) of comma-separated values, `--config-dir DIR` adds a folder of your own presets,
+and `--help` lists the config groups. Everything that reads finished runs is a command of
+the same `rs-lightning TOOL`; `python -m rs_lightning.<module>` runs the same tool (the
+module is named beside each tool below).
 
 This page is generated from the tools' own parsers by `rs-lightning cli-reference` (a test
 fails when it is stale): what follows is exactly what `--help` prints.
@@ -92,8 +93,7 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def _help(parser: argparse.ArgumentParser) -> str:
-    text = parser.format_help().rstrip()
-    return text.replace(f"{ROOT}{os.sep}", "").replace(str(ROOT), ".")
+    return parser.format_help().rstrip()
 
 
 def render() -> str:
@@ -103,6 +103,8 @@ def render() -> str:
     with _fixed_width():
         parts = [INTRO, "## rs-lightning\n", "```text", _help(parser()), "```\n"]
         for name, (module, summary) in TOOLS.items():
+            if name == "train":  # Hydra's command line, above
+                continue
             tool = tool_parser(name)
             short = module.rsplit(".", 1)[-1]
             # The tools that read runs keep their former short module names

@@ -26,7 +26,8 @@ import yaml
 
 from rs_lightning.config import CONF_DIR, schema
 
-PAGE = CONF_DIR.parent / "docs" / "reference" / "config.md"
+# The page, in the repository's checkout (the folder the command runs in).
+PAGE = Path("docs") / "reference" / "config.md"
 # Hydra's own section: its keys are Hydra's (hydra.cc documents them).
 SKIPPED_SECTIONS = ("hydra", "defaults")
 
@@ -281,7 +282,8 @@ def render() -> str:
         if heading is not None and heading.meaning:
             out += [_prose(heading.meaning), ""]
         out += [*_table(keys, accepted), ""]
-    for group in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
+    for group in sorted(p for p in CONF_DIR.iterdir()
+                        if p.is_dir() and p.name not in ("hydra", "__pycache__")):
         options = sorted(group.glob("*.yaml"))
         if not options:
             continue
@@ -320,20 +322,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1, writing nothing, if the page is not what conf/ gives")
-    parser.add_argument("--out", type=Path, default=PAGE, help=f"the page (default {PAGE})")
+    parser.add_argument("--out", type=Path, default=PAGE,
+                        help=f"the page (default {PAGE}, run in the repository's checkout)")
     args = parser.parse_args(argv)
     return write_or_check(render(), args.out, args.check, "config-reference")
 
 
 def write_or_check(page: str, out: Path, check: bool, command: str) -> int:
     """Write a generated page, or (``check``) exit 1 without writing if ``out`` is not it;
-    ``command`` is the rs-lightning subcommand that writes it."""
+    ``command`` is the rs-lightning subcommand that writes it. The page's folder must
+    exist (the checkout's docs/reference/): elsewhere, one line and exit status 2."""
+    if not out.parent.is_dir():
+        print(f"error: --out: {out.parent} is not a folder: run rs-lightning {command} in the "
+              "repository's checkout, or give --out PATH", file=sys.stderr)
+        return 2
     if check:
         if not out.is_file() or out.read_text() != page:
             print(f"error: {out} is stale: run rs-lightning {command}", file=sys.stderr)
             return 1
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page)
     print(f"-> {out}")
     return 0

@@ -1,8 +1,10 @@
-"""``rs-lightning``: the command line of the tools that read runs (training is
-``python train.py ...``, Hydra's command line; ``rs-lightning benchmark`` launches one
-multirun of it and ranks the runs).
+"""``rs-lightning``: the command line of training (``rs-lightning train``, Hydra's command
+line) and of the tools that read runs (``rs-lightning benchmark`` launches one multirun of
+training and ranks the runs).
 
     rs-lightning --help                 # the tools
+    rs-lightning --version
+    rs-lightning train debug=quick      # a complete run in seconds, into ./outputs/
     rs-lightning evaluate --help        # one tool's options
     rs-lightning results outputs/multirun/<sweep>
 
@@ -17,8 +19,13 @@ import argparse
 import importlib
 import sys
 
+from rs_lightning import __version__
+
 # tool -> (the module whose main(argv) runs it, what it does)
 TOOLS = {
+    "train": ("rs_lightning.app.commands.train",
+              "train: Hydra's command line (key=value overrides, -m for a multirun, "
+              "--config-dir for presets of your own)"),
     "evaluate": ("rs_lightning.app.commands.evaluation",
                  "re-evaluate finished runs, or evaluate them at another alpha and rho"),
     "frontier": ("rs_lightning.app.commands.frontier",
@@ -43,8 +50,9 @@ TOOLS = {
 def parser() -> argparse.ArgumentParser:
     tools = argparse.ArgumentParser(
         prog="rs-lightning",
-        description="Tools that read the runs of rs-lightning (train with: python train.py).",
+        description="Train risk-sensitive distributional agents and read their runs.",
         epilog="Run 'rs-lightning TOOL --help' for a tool's options.")
+    tools.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = tools.add_subparsers(dest="tool", metavar="TOOL", required=True)
     for name, (_, summary) in TOOLS.items():
         # The tool parses its own arguments (and answers its own --help).
@@ -54,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in TOOLS:
+    if not argv or argv[0] not in TOOLS:  # --help, --version, or no known tool
         parser().parse_args(argv)  # the list of tools, or one line naming the allowed ones
         return 2
     name, rest = argv[0], argv[1:]

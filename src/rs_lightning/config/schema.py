@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rs_lightning.agents import AGENTS, AgentConfig
 from rs_lightning.agents.networks import NetworkConfig
 from rs_lightning.config.derived_defaults import register_resolvers
+from rs_lightning.config.plugins import import_plugins
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.objectives import OBJECTIVES, Objective
@@ -376,6 +377,7 @@ class StaticObjectiveSection:
 
 @dataclass
 class TrainConfig:
+    plugins: List[str] = MISSING  # the project's own modules, imported first (config/plugins.py)
     seed: int = MISSING
     parallel_seeds: int = MISSING  # seeds seed .. seed + K - 1 side by side in one process
     alpha: float = MISSING  # U = alpha E + (1 - alpha) R
@@ -590,6 +592,9 @@ def objective_refusal(agent_name: str, objective: str, risk_conditioned: bool = 
 
 def validate(cfg: DictConfig) -> ValidatedConfig:
     """Check a composed config; raise :class:`ConfigError` on the first problem found."""
+    # The project's own components register themselves first: they are checked as the
+    # built-in ones are (the allowed names come from the registries).
+    import_plugins(OmegaConf.select(cfg, "plugins", default=None))
     train: TrainConfig = _structured(TrainConfig, cfg)
     check_finite(train)
     train.check()

@@ -1,6 +1,6 @@
 """``rs-lightning benchmark``: the risk-sensitive benchmark suite in one command.
 
-It launches one Hydra multirun of ``train.py`` over worlds x agents x measures x
+It launches one Hydra multirun of ``rs-lightning train`` over worlds x agents x measures x
 objectives (``experiment=benchmark_<preset>``, ``conf/experiment/``: every default is
 there), any launcher included (``hydra/launcher=joblib`` and other overrides pass through),
 and when the sweep ends its leaderboard is written into the sweep folder
@@ -92,12 +92,13 @@ def parser() -> argparse.ArgumentParser:
                       help="log the leaderboard to a W&B run (default: %(default)s; online "
                            "falls back to offline when the server cannot be reached)")
     tool.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                      help="more Hydra overrides for train.py, e.g. hydra/launcher=joblib")
+                      help="more Hydra overrides for rs-lightning train, e.g. "
+                           "hydra/launcher=joblib")
     return tool
 
 
 def train_command(args: argparse.Namespace) -> list[str]:
-    """The ``python train.py -m ...`` command line of the benchmark ``args`` ask for;
+    """The ``rs-lightning train -m ...`` command line of the benchmark ``args`` ask for;
     BadInput naming the flag and the allowed values for a value it refuses."""
     preset = read_preset(args.preset)
     allowed = allowed_values(preset)
@@ -117,7 +118,8 @@ def train_command(args: argparse.Namespace) -> list[str]:
     overrides.append(f"parallel_seeds={seeds}")
     out = args.out if args.out is not None else preset["hydra"]["sweep"]["dir"]
     overrides.append(f"hydra.sweep.dir={out}")
-    return [sys.executable, str(CONF_DIR.parent / "train.py"), "-m", *overrides, *args.overrides]
+    # The installed command (rs-lightning train), not a checkout's train.py.
+    return [sys.executable, "-m", "rs_lightning", "train", "-m", *overrides, *args.overrides]
 
 
 def score(args: argparse.Namespace) -> int:
