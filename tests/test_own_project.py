@@ -1,0 +1,83 @@
+"""A project of one's own (examples/own_project/): its gymnasium environment, risk measure and
+preset live in its own folder, registered through ``plugins:``; trained from a copy of it,
+with nothing of the package edited, and read back by the tools like the built-in ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.warm_python import command as python_command
+
+EXAMPLE = ROOT / "examples" / "own_project"
+QUICK = ["trainer.max_steps=300", "evaluation.every_n_steps=150", "evaluation.episodes=400",
+         "evaluation.episodes_during_training=100", "trainer.checkpoint_every_n_steps=150"]
+
+
+def _train(project, *overrides):
+    return subprocess.run(
+        [*python_command(), "-m", "rs_lightning", "train", "--config-dir", "conf",
+         "experiment=risky_choice", *QUICK, *overrides],
+        cwd=project, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("own") / "my_project"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("outputs", "__pycache__"))
+    return folder
+
+
+def test_the_example_trains_from_a_copy_with_its_own_env_measure_and_preset(project):
+    result = _train(project, "hydra.run.dir=outputs/run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((project / "outputs" / "run" / "eval.json").read_text())
+    assert summary["env"] == "my_project/RiskyChoice-v0" and summary["risk"] == "semideviation"
+    # Its published model (P) gives the exact static utility of the greedy policy, which
+    # takes the sure 0.3 or the gamble (0.9 x 0.9 - 0.1 x 2.7 = 0.54 discounted).
+    assert summary["exact_static_utility_kind"] == "exact"
+    assert summary["steps"] == 300
+    config = (project / "outputs" / "run" / "config.yaml").read_text()
+    assert "plugins:\n- my_components" in config
+    # The package was not written into: the outputs are the project's.
+    assert not (ROOT / "outputs" / "run").exists()
+
+
+def test_a_tool_that_loads_the_run_imports_its_plugins_from_its_config(project):
+    """The frontier rebuilds the run's agent: its measure and environment must be known."""
+    run = project / "outputs" / "run"
+    if not (run / "eval.json").is_file():
+        pytest.skip("the training test above did not run")
+    result = subprocess.run(
+        [*python_command(), "-m", "rs_lightning", "frontier", str(run), "--alpha", "0,1",
+         "--episodes", "100", "--wandb", "off"],
+        cwd=project, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((run / "frontier.json").read_text())
+    assert rows, rows
+
+
+def test_a_plugin_that_is_not_found_or_fails_is_one_line(project):
+    missing = _train(project, "plugins=[no_such_module]")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"Error in config: plugins: no module 'no_such_module' (neither installed nor in "
+        f"{project}: run in the folder that holds it, or add it to PYTHONPATH)"]
+    (project / "broken.py").write_text("raise RuntimeError('no licence server')\n")
+    broken = _train(project, "plugins=[broken]")
+    assert broken.returncode == 2
+    line, = broken.stderr.strip().splitlines()
+    assert line.startswith("Error in config: plugins: 'broken' failed on import: RuntimeError: "
+                           "no licence server (")
+
+
+def test_without_the_plugin_the_preset_names_are_refused_naming_the_registered_ones(project):
+    result = _train(project, "plugins=[]")
+    assert result.returncode == 2
+    line, = result.stderr.strip().splitlines()
+    assert line.startswith("Error in config: risk: unknown risk measure 'semideviation'; "
+                           "allowed: ")
