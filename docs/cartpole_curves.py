@@ -1,5 +1,5 @@
-"""Each agent's CartPole learning curve for docs/guides/agents.md: the greedy policy's mean
-return at each periodic evaluation against the environment steps, the mean of the seeds
+"""Each agent's CartPole learning curve for its page under docs/algorithms/: the greedy
+policy's mean return at each periodic evaluation against the environment steps, the mean of the seeds
 with their range as a band.
 
 Made from one run per agent of its CartPole preset, several seeds as members:

@@ -7,8 +7,8 @@ pulled towards the mean, and the next backup treats those values as samples of t
 so the pull compounds along the path. This script computes the fixed points along the two
 shortest paths of RiskyRewards-v0 (two moves paying N(-0.1), then the green goal N(0.3) or
 the orange goal N(+1) w.p. 0.75 / N(-1) w.p. 0.25; gamma 0.9), and prints E, VaR_0.1 and
-U = 0.5 E + 0.5 VaR_0.1 read from the learnt values, as the agent reads them (docs/guides/agents.md,
-section "QR-DQN", quotes its output):
+U = 0.5 E + 0.5 VaR_0.1 read from the learnt values, as the agent reads them (docs/research/qr-dqn-kappa.md
+quotes its output):
 
     python docs/qr_dqn_kappa.py        # about ten seconds
 """

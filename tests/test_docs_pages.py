@@ -120,11 +120,11 @@ def registered() -> dict[str, list[str]]:
     """{the config key: every option} from the registries and conf/: what the lists on
     the pages must name."""
     from rs_lightning.agents import AGENTS
-    from rs_lightning.objectives import OBJECTIVES
+    from rs_lightning.config.schema import selectable_objectives
     from rs_lightning.risk import RISK_MEASURES
 
     return {"agent": sorted(AGENTS), "risk": sorted(RISK_MEASURES),
-            "objective": sorted(OBJECTIVES),
+            "objective": sorted(selectable_objectives()),
             "env": sorted(p.stem for p in (CONF / "env").glob("*.yaml"))}
 
 
@@ -155,6 +155,15 @@ LIST_PAGES = ("index.md", "getting-started.md")
 @pytest.mark.parametrize("key", ["agent", "risk", "objective", "env"])
 def test_the_lists_on_home_and_get_started_name_every_option(page, key):
     assert not unlisted((DOCS / page).read_text(), key, registered()[key])
+
+
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_get_started_names_every_option_of_every_config_group(group):
+    options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    assert not unlisted((DOCS / "getting-started.md").read_text(), group, options)
 
 
 def test_a_new_option_missing_from_a_list_fails():

@@ -1,4 +1,4 @@
-"""docs/qr_dqn_kappa.py (the fixed points of QR-DQN's loss in docs/guides/agents.md) against closed forms.
+"""docs/qr_dqn_kappa.py (the fixed points of QR-DQN's loss in docs/research/qr-dqn-kappa.md) against closed forms.
 
 For the fair two-point law {0, 1} the minimiser of the quantile Huber loss at fraction tau is
 known exactly: with kappa >= 1 every error lies in the quadratic part, so it is the

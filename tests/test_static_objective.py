@@ -190,7 +190,7 @@ def test_the_var_rule_is_the_shortfall_probability_form():
 
 
 def test_a_stray_tail_mass_below_the_threshold_flips_the_var_rule_not_the_cvar_rule():
-    """RS-UMDQN-C's static two-stage limit (docs/guides/objectives.md, "Results"): at the
+    """RS-UMDQN-C's static two-stage limit (docs/research/objectives.md): at the
     coin cell after the lucky stage (c = -0.1, gamma^t = 0.9, b = -2.125) its CDF network puts
     1.2 % of the gamble's law below b~ = -2.25, where the true law has none. The var rule
     weighs that probability by W / (gamma^t rho) = 67 and takes the safe goal; the cvar rule
@@ -332,7 +332,7 @@ TWO_STAGE = ["logger=none", "callbacks.progress_bar=false", "evaluation.every_n_
 def test_two_stage_static_takes_the_risky_goal_after_luck_and_per_decision_the_safe_one(
         compose, tmp_path, risk):
     """alpha 0.5, rho 0.1 (spectral: its default levels 0.1 and 0.3, weights 0.5 each;
-    docs/guides/objectives.md, "Results"): the exact static optimum takes the orange goal
+    docs/research/objectives.md): the exact static optimum takes the orange goal
     after the lucky stage one (0.6 of the episodes), the per-decision fixed point the green
     one. C51 with 10,000 updates learns each on all five seeds (measured: 890 s for the four
     cvar and var runs on a shared two-core machine; the spectral static run 12 minutes)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +188,12 @@ def accepted_values() -> dict[str, list[str]]:
                 elif (isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name)
                       and value.value.id in names):
                     parts.append(names[value.value.id])
+                elif isinstance(value, ast.FormattedValue) and constant(value.value) is not None:
+                    parts.append(str(constant(value.value)))  # one of the schema's constants
                 else:
                     parts.append("…")
-            return "".join(parts)
+            # A parenthesis that quotes the refused config's own numbers says nothing here.
+            return re.sub(r"\s*\([^()]*…[^()]*\)", "", "".join(parts))
         return None
 
     def visit(node, names: dict[str, str]) -> None:
