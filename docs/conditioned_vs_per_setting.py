@@ -19,7 +19,7 @@ training, evaluations excluded; the members of a ``parallel_seeds`` run share it
 It prints the table of docs/guides/conditioning.md (Markdown) and writes the figure: per world, E against VaR_rho
 (exact on the grid worlds, Monte Carlo elsewhere), a point per alpha and approach with the
 seeds' standard deviation as error bars, and each conditioned run's whole frontier as a line
-when its ``frontier.json`` exists (``python -m rs_lightning.frontier <run>
+when its ``frontier.json`` exists (``rs-lightning frontier <run>
 --alpha 0:1:21``).
 """
 

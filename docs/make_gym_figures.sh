@@ -12,8 +12,8 @@ set -euo pipefail
 sweep="${1:?usage: bash docs/make_gym_figures.sh <cliff-walking alpha sweep folder>}"
 out="$(dirname "$0")/figures"
 mkdir -p "$out"
-python -m rs_lightning.gym_results tradeoff "$sweep" --out "$out/cliff_tradeoff.png"
+rs-lightning gym-results tradeoff "$sweep" --out "$out/cliff_tradeoff.png"
 job() { find "$sweep" -maxdepth 1 -type d -name "*alpha=$1,*" | head -n 1; }
-python -m rs_lightning.gym_results heatmap "$(job 1.0)" "$(job 0.2)" --episodes 200 \
+rs-lightning gym-results heatmap "$(job 1.0)" "$(job 0.2)" --episodes 200 \
     --out "$out/cliff_heatmap.png"
 echo "figures in $out"

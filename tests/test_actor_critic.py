@@ -32,16 +32,16 @@ PROBLEM = Problem(obs_dim=1, n_actions=1, gamma=0.9, return_min=-10.0, return_ma
 
 
 def tqc(**changes) -> TQC:
-    settings = {"name": "tqc", "hidden_sizes": [16], "n_critics": 2, "n_quantiles": 4,
-                "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None,
+    settings = {"name": "tqc", "hidden_sizes": [16], "risk_conditioned": False, "n_critics": 2,
+                "n_quantiles": 4, "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None,
                 "dropped_quantiles": 1}
     settings.update(changes)
     return TQC(TQCConfig(**settings), PROBLEM)
 
 
 def dsac(**changes) -> DSAC:
-    settings = {"name": "dsac", "hidden_sizes": [16], "n_critics": 2, "n_quantiles": 4,
-                "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None,
+    settings = {"name": "dsac", "hidden_sizes": [16], "risk_conditioned": False, "n_critics": 2,
+                "n_quantiles": 4, "kappa": 1.0, "initial_temperature": 1.0, "target_entropy": None,
                 "actor_law": "pessimistic"}
     settings.update(changes)
     return DSAC(DSACConfig(**settings), PROBLEM)

@@ -1,10 +1,11 @@
 """The rs-lightning command: one entry for the tools that read runs, each with its --help;
-`python -m rs_lightning.<tool>` (the form docs/reference/cli.md names beside each tool) runs
-the same tools."""
+`python -m rs_lightning <tool>` runs the same tools."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,21 +43,27 @@ def test_a_tool_runs_and_returns_its_status(tmp_path, capsys):
     assert "no finished run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["evaluation", "frontier", "results", "report", "plots",
-                                    "gym_results"])
-def test_python_dash_m_runs_the_tool_under_its_module_name(module):
-    result = subprocess.run([*python_command(), "-m", f"rs_lightning.{module}", "--help"],
+@pytest.mark.parametrize("name", ["evaluate", "results", "gym-results"])
+def test_python_dash_m_rs_lightning_runs_the_tools(name):
+    result = subprocess.run([*python_command(), "-m", "rs_lightning", name, "--help"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("usage:")
+    assert result.stdout.startswith(f"usage: rs-lightning {name}")
 
 
-def test_the_old_module_names_load_the_same_modules():
-    import rs_lightning.evaluation as named
-
-    import rs_lightning.analysis.evaluation as moved
-
-    assert named is moved and named.__spec__.name == "rs_lightning.analysis.evaluation"
+def test_the_package_root_imports_nothing_but_its_version():
+    """No import hook and no module of the package is loaded by ``import rs_lightning``: the
+    API and the tools load when used, under their own module names."""
+    code = ("import sys, rs_lightning\n"
+            "print(sorted(m for m in sys.modules if m.startswith('rs_lightning')))\n"
+            "print(sorted(type(f).__module__ for f in sys.meta_path))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    modules, finders = result.stdout.strip().splitlines()
+    assert modules == "['rs_lightning']"
+    assert "rs_lightning" not in finders
+    assert importlib.util.find_spec("rs_lightning.evaluation") is None  # the tool's old name
 
 
 def test_command_lines_live_in_the_application_layer():

@@ -90,11 +90,11 @@ def extension(tmp_path, monkeypatch):
     (tmp_path / "agent").mkdir()
     (tmp_path / "risk").mkdir()
     (tmp_path / "agent" / "gaussian.yaml").write_text(
-        "name: gaussian\nhidden_sizes: [32, 32]\nn_quantiles: 21\n")
+        "name: gaussian\nhidden_sizes: [32, 32]\nrisk_conditioned: false\nn_quantiles: 21\n")
     (tmp_path / "risk" / "mean_minus_std.yaml").write_text("name: mean_minus_std\nlam: 0.5\n")
     monkeypatch.setattr(agent_tests, "agent_config",
                         lambda name, **o: GaussianConfig(name="gaussian", hidden_sizes=[32, 32],
-                                                         n_quantiles=21))
+                                                         risk_conditioned=False, n_quantiles=21))
     yield tmp_path
     AGENTS.pop("gaussian")
     RISK_MEASURES.pop("mean_minus_std")

@@ -39,7 +39,7 @@ QUICK_DQN = ["agent=dqn", "debug=quick", "callbacks.progress_bar=false", "evalua
 # ---------------------------------------------------------------- atomic files
 def test_a_checkpoint_write_that_fails_midway_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "last.ckpt"
-    AtomicCheckpointIO().save_checkpoint({"weights": torch.zeros(3)}, path)
+    AtomicCheckpointIO(gamma=0.9).save_checkpoint({"weights": torch.zeros(3)}, path)
     before = path.read_bytes()
 
     def dying_save(obj, f, *args, **kwargs):
@@ -48,7 +48,7 @@ def test_a_checkpoint_write_that_fails_midway_keeps_the_old_file(tmp_path, monke
 
     monkeypatch.setattr(torch, "save", dying_save)
     with pytest.raises(OSError, match="No space left"):
-        AtomicCheckpointIO().save_checkpoint({"weights": torch.ones(3)}, path)
+        AtomicCheckpointIO(gamma=0.9).save_checkpoint({"weights": torch.ones(3)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
 

@@ -151,7 +151,7 @@ def test_the_network_learns_the_law_of_each_setting():
     conditioning = RiskConditioning("var", (0.0, 1.0), (0.1, 0.1))
     wide = Problem(2 + conditioning.n_features, 2, gamma, -2.5, 1.5)
     agent_class, config_class = AGENTS["c51"]
-    config = config_class(name="c51", hidden_sizes=[64, 64], n_atoms=41)
+    config = config_class(name="c51", hidden_sizes=[64, 64], risk_conditioned=False, n_atoms=41)
     agent, target = agent_class(config, wide), agent_class(config, wide)
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-3)
     rng = np.random.default_rng(0)

@@ -63,7 +63,7 @@ def test_failing_jobs_do_not_stop_the_sweep_and_are_summarised(tmp_path, capsys)
     assert summary.startswith(f"[rs_lightning] sweep {tmp_path}: jobs 1 finished, 3 failed")
     assert f"FAILED {job0.name}: ConfigError: alpha: must be in [0, 1], got 1.5" in summary
     assert f"FAILED {job2.name}: NumericalFault: non-finite loss (nan) at step 30" in summary
-    assert f"python -m rs_lightning.report {tmp_path}" in summary  # what to run next
+    assert f"rs-lightning report {tmp_path}" in summary  # what to run next
 
     rows = collect(tmp_path)  # what the results table and the report read
     assert [row["job"] for row in rows] == [job3.name]

@@ -286,15 +286,20 @@ def test_references_on_frozen_lake():
     model = tr.tabular_model(gym.make("FrozenLake-v1", map_name="4x4"))
     policy = tr.expectation_optimal_policy(model, 0.99)
     out = tr.references(model, policy, Utility(0.5, "cvar", {"rho": RHO}), 0.99)
+    estimated = {"exact_static_utility_kind", "exact_static_utility_error",
+                 "per_decision_static_utility_kind", "per_decision_static_utility_error",
+                 "static_optimum_kind", "greedy_actions", "per_decision_start"}
     assert set(out) == {"exact_static_utility", "per_decision_path",
-                        "per_decision_static_utility", "static_optimum", "static_gap"}
+                        "per_decision_static_utility", "static_optimum", "static_gap",
+                        *estimated}
+    assert {out[key] for key in estimated if key.endswith("_kind")} == {"estimate"}
     assert 0.0 <= out["exact_static_utility"] <= out["static_optimum"] + 1e-3
     wang = tr.references(model, policy, Utility(0.5, "wang", {"eta": -0.75}), 0.99)
-    assert set(wang) == {"exact_static_utility"}
+    assert set(wang) == {"exact_static_utility", "exact_static_utility_kind", "greedy_actions"}
     var = tr.references(model, policy, Utility(0.5, "var", {"rho": RHO}), 0.99)
     assert set(var) == {"exact_static_utility", "per_decision_path",
                         "per_decision_static_utility", "static_optimum", "static_gap",
-                        "static_optimum_upper", "static_gap_upper"}
+                        "static_optimum_upper", "static_gap_upper", *estimated}
     assert var["exact_static_utility"] <= var["static_optimum"] <= var["static_optimum_upper"]
     assert 0.0 <= var["static_gap"] <= var["static_gap_upper"]
 
@@ -339,7 +344,8 @@ def test_a_static_run_gets_the_references_that_need_no_policy(compose):
     settings = validate(compose(["env=cliff_walking", "risk=cvar", "agent=c51",
                                  "objective=static"]))
     out = static_references(settings.train.env, settings.utility)
-    assert set(out) == {"per_decision_path", "per_decision_static_utility", "static_optimum"}
+    assert {"per_decision_path", "per_decision_static_utility", "static_optimum",
+            "per_decision_static_utility_kind", "static_optimum_kind"} <= set(out)
     assert lane_rows(out["per_decision_path"]) == {1}
     assert out["static_optimum"] == pytest.approx(-15.905, abs=0.02)
     assert out["static_optimum"] >= out["per_decision_static_utility"]

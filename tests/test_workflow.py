@@ -1,5 +1,5 @@
 """The research workflow around a sweep: run folder and W&B names that tell settings apart,
-and offline W&B runs to the web in one command (``python -m rs_lightning.report --sync``).
+and offline W&B runs to the web in one command (``rs-lightning report --sync``).
 
 The W&B server is not reached here: ``wandb sync`` and the Report's ``save`` are the two
 calls replaced, with the offline run folders of a real sweep as what they are given.

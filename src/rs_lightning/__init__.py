@@ -2,17 +2,13 @@
 
 The packages are the layers (docs/architecture.md): ``risk``, ``objectives``, ``agents``,
 ``envs`` and ``references`` (the core), ``engine`` and ``config``, ``analysis``, ``app``.
-Importing this package runs nothing but the registration of the finder below;
-``rs_lightning.load_agent`` and ``rs_lightning.load_runs`` (the Python API of trained agents,
-:mod:`rs_lightning.analysis.api`) are imported when first used.
+Importing this package reads its version and nothing else; ``rs_lightning.load_agent`` and
+``rs_lightning.load_runs`` (the Python API of trained agents, :mod:`rs_lightning.analysis.api`)
+are imported when first used. The tools are ``rs-lightning <tool>`` (or
+``python -m rs_lightning <tool>``), their modules :mod:`rs_lightning.app.commands`.
 """
 
 from __future__ import annotations
-
-import importlib
-import importlib.abc
-import importlib.util
-import sys
 
 from importlib.metadata import PackageNotFoundError as _NotInstalled
 from importlib.metadata import version as _installed_version
@@ -37,36 +33,3 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'rs_lightning' has no attribute {name!r}")
-
-# `python -m rs_lightning.<tool>`, the form docs/reference/cli.md names beside each tool, keeps working now
-# that they live in packages: the old name runs the tool's command line
-# (rs_lightning.app.commands.<tool>) and imports what it computes (the same module object as
-# rs_lightning.analysis.<tool>). The one place of this compatibility.
-MOVED_TOOLS = {
-    f"rs_lightning.{name}": f"rs_lightning.analysis.{name}"
-    for name in ("evaluation", "frontier", "results", "report", "plots", "gym_results")
-}
-
-
-class MovedTools(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in MOVED_TOOLS:
-            return None
-        moved = importlib.util.find_spec(MOVED_TOOLS[fullname])
-        return importlib.util.spec_from_loader(fullname, self, origin=moved.origin)
-
-    def create_module(self, spec):
-        module = importlib.import_module(MOVED_TOOLS[spec.name])
-        self.own_spec = module.__spec__  # the import machinery sets the alias's next
-        return module
-
-    def exec_module(self, module) -> None:
-        module.__spec__ = self.own_spec
-
-    def get_code(self, fullname):  # what `python -m` runs
-        moved = importlib.util.find_spec(fullname.replace("rs_lightning.", "rs_lightning.app.commands."))
-        return moved.loader.get_code(moved.name)
-
-
-if not any(type(finder).__name__ == "MovedTools" for finder in sys.meta_path):
-    sys.meta_path.append(MovedTools())

@@ -76,9 +76,8 @@ class AgentConfig:
 
     name: str = MISSING
     hidden_sizes: List[int] = MISSING
-    # The network also takes the risk setting (rs_lightning.risk.conditioning); the value
-    # lives in conf/agent/*.yaml, this default lets a run whose config.yaml lacks the key load.
-    risk_conditioned: bool = False
+    # The network also takes the risk setting (rs_lightning.risk.conditioning).
+    risk_conditioned: bool = MISSING
     # The state torso (rs_lightning.agents.networks.NetworkConfig), from the top-level
     # ``network`` section (conf/network/*.yaml), set by the config check; None: the MLP.
     network: Any = None

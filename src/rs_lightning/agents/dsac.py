@@ -21,7 +21,7 @@ from rs_lightning.agents.actor_critic import (
     ActorCriticConfig,
     pessimistic_quantiles,
 )
-from rs_lightning.agents.base import register_agent
+from rs_lightning.agents.base import MISSING, register_agent
 
 ACTOR_LAWS = ("pessimistic", "mixture")
 
@@ -30,9 +30,7 @@ ACTOR_LAWS = ("pessimistic", "mixture")
 class DSACConfig(ActorCriticConfig):
     """DSAC settings (values in ``conf/agent/dsac.yaml``)."""
 
-    # pessimistic | mixture (module docstring). The value lives in conf/agent/dsac.yaml; this
-    # default (the law before the key existed) lets a run whose config.yaml lacks it load.
-    actor_law: str = "pessimistic"
+    actor_law: str = MISSING  # pessimistic | mixture (module docstring)
 
     def check(self) -> None:
         super().check()

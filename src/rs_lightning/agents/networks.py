@@ -20,13 +20,13 @@ in group k, as :class:`~rs_lightning.agents.base.Linear` runs a batched product.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rs_lightning.agents.base import mlp
+from rs_lightning.agents.base import MISSING, mlp
 from rs_lightning.types import Problem
 
 NETWORKS = ("mlp", "cnn")
@@ -35,14 +35,13 @@ LAYOUTS = ("channels_last", "channels_first")
 
 @dataclass
 class NetworkConfig:
-    """The ``network`` section (values in ``conf/network/*.yaml``; these defaults only fill
-    a run whose config.yaml lacks the section: the MLP)."""
+    """The ``network`` section (values in ``conf/network/*.yaml``)."""
 
-    name: str = "mlp"  # mlp | cnn
-    channels: list[int] = field(default_factory=list)  # cnn: output channels of each conv
-    kernel_size: int = 3  # cnn: square kernels
-    stride: int = 1  # cnn
-    layout: str = "channels_last"  # cnn: [H, W, C] (gymnasium, MinAtar) or [C, H, W]
+    name: str = MISSING  # mlp | cnn
+    channels: list[int] = MISSING  # cnn: output channels of each conv
+    kernel_size: int = MISSING  # cnn: square kernels
+    stride: int = MISSING  # cnn
+    layout: str = MISSING  # cnn: [H, W, C] (gymnasium, MinAtar) or [C, H, W]
 
     def check(self) -> None:
         """Raise ``ValueError("network.key: what is allowed")`` for values out of range."""

@@ -6,11 +6,11 @@ never changes the module. Episode ``i`` is reset with the ``i``-th seed drawn fr
 same run always the same ones (also across periodic evaluations, whose differences then come
 from the policy alone), whatever the number of environments run side by side.
 
-    python -m rs_lightning.evaluation outputs/runs/<run> [--episodes N]
+    rs-lightning evaluate outputs/runs/<run> [--episodes N]
 
 re-evaluates a finished run from its last checkpoint and rewrites its ``eval.json``;
 
-    python -m rs_lightning.evaluation outputs/runs/<run> alpha=0.3 rho=0.05
+    rs-lightning evaluate outputs/runs/<run> alpha=0.3 rho=0.05
 
 evaluates the greedy policy at that setting instead (``alpha=`` and the risk measure's
 parameter by its name; either may be left out), Monte Carlo and, on the grid worlds, exactly,

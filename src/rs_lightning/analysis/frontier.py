@@ -1,6 +1,6 @@
 """The E-VaR-CVaR frontier of finished runs: their greedy policies over a grid of alphas.
 
-    python -m rs_lightning.frontier <run> [<run> ...] --alpha 0:1:21 [--rho 0.05,0.1]
+    rs-lightning frontier <run> [<run> ...] --alpha 0:1:21 [--rho 0.05,0.1]
 
 evaluates, for every seed of the given runs (a several-seed run counts each ``seed_<s>/``) and
 every setting (alpha, and the risk measure's parameter from ``--rho``, default the run's own),

@@ -1,9 +1,9 @@
 """Results on gymnasium environments: time to a return threshold, the alpha trade-off, and
 where a cliff-walking policy walks.
 
-    python -m rs_lightning.gym_results reach <run folder>... --threshold 475
-    python -m rs_lightning.gym_results tradeoff <sweep folder> --out tradeoff.png
-    python -m rs_lightning.gym_results heatmap <run folder>... --out heatmap.png
+    rs-lightning gym-results reach <run folder>... --threshold 475
+    rs-lightning gym-results tradeoff <sweep folder> --out tradeoff.png
+    rs-lightning gym-results heatmap <run folder>... --out heatmap.png
 
 - ``reach``: the first periodic evaluation (``eval_history.jsonl``) whose mean return is at
   least the threshold: its update, environment step and training wall time (the

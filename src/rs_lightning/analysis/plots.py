@@ -1,8 +1,8 @@
 """Figures: the learned return distributions behind a decision, and learning curves.
 
-    python -m rs_lightning.plots distributions outputs/runs/<run> [--cell 1,0] [--out fig.png]
-    python -m rs_lightning.plots curves outputs/multirun/<sweep> [--out fig.png]
-    python -m rs_lightning.plots policy outputs/runs/<run> [--out fig.png]
+    rs-lightning plots distributions outputs/runs/<run> [--cell 1,0] [--out fig.png]
+    rs-lightning plots curves outputs/multirun/<sweep> [--out fig.png]
+    rs-lightning plots policy outputs/runs/<run> [--out fig.png]
 
 ``distributions`` draws, for one state, the learned CDF and density of Z(s, a) for every action, with markers
 for Q (expectation), R (the run's risk measure) and U (the utility) of each action and the

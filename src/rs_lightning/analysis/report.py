@@ -1,9 +1,9 @@
 """The report of a sweep: results table, the paper's figures, an HTML page and W&B.
 
-    python -m rs_lightning.report outputs/multirun/<sweep>            # files + offline W&B run
-    python -m rs_lightning.report outputs/runs/<run>                  # a single run
-    python -m rs_lightning.report outputs/multirun/<sweep> --wandb online --wandb-report
-    python -m rs_lightning.report outputs/multirun/<sweep> --sync     # offline runs to the web
+    rs-lightning report outputs/multirun/<sweep>            # files + offline W&B run
+    rs-lightning report outputs/runs/<run>                  # a single run
+    rs-lightning report outputs/multirun/<sweep> --wandb online --wandb-report
+    rs-lightning report outputs/multirun/<sweep> --sync     # offline runs to the web
 
 writes into ``<sweep>/report/``:
 
@@ -46,8 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from omegaconf import OmegaConf
-
 from rs_lightning.analysis.plots import (
     DISTANCE_METRICS,
     load_histories,
@@ -72,6 +70,7 @@ from rs_lightning.analysis.study import read_study
 from rs_lightning.analysis.wandb_support import (
     init_wandb_run,
 )
+from rs_lightning.config.migrations import read_run_config
 from rs_lightning.envs import GRID_WORLDS
 
 # The state whose decision each grid world's distribution figure shows: where the
@@ -124,7 +123,7 @@ class SweepReport:
 
 def _job_config(sweep_dir: Path, job: str):
     path = sweep_dir / job / "config.yaml"
-    return OmegaConf.load(path) if path.is_file() else None
+    return read_run_config(path) if path.is_file() else None
 
 
 def _env_name(env_id: str) -> str:
@@ -267,7 +266,7 @@ def render_html(report: SweepReport) -> str:
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>Sweep {html.escape(report.sweep_dir.name)}</h1>",
         f"<p class='note'>{report.jobs} finished jobs in <code>{html.escape(str(report.sweep_dir))}"
-        "</code>. Regenerate with <code>python -m rs_lightning.report "
+        "</code>. Regenerate with <code>rs-lightning report "
         f"{html.escape(str(report.sweep_dir))}</code>.</p>",
         "<h2>Results</h2>",
     ]

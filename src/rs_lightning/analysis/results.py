@@ -1,8 +1,8 @@
 """Collect a sweep's ``eval.json`` files into a results table beside the paper's numbers.
 
-    python -m rs_lightning.results outputs/multirun/<date_time>
-    python -m rs_lightning.results <sweep> <sweep>... --out <folder>
-    python -m rs_lightning.results outputs/runs/<run>          # a single run folder
+    rs-lightning results outputs/multirun/<date_time>
+    rs-lightning results <sweep> <sweep>... --out <folder>
+    rs-lightning results outputs/runs/<run>          # a single run folder
 
 writes ``results.md`` and ``results.csv`` into the sweep folder (or, for several sweeps
 pooled into one table, into ``--out``) and prints the table. The ``paper_table`` experiment
@@ -213,9 +213,12 @@ def learning_settings(config: Mapping) -> dict[str, Any]:
 
 
 def read_config(run_dir: Path) -> Optional[dict[str, Any]]:
-    """The resolved config of the run in ``run_dir`` (None without a ``config.yaml``), or
-    :class:`DamagedFile` naming the file when it is not a run's config."""
+    """The resolved config of the run in ``run_dir`` in the current format (None without a
+    ``config.yaml``), or :class:`DamagedFile` naming the file when it is not a run's config
+    (:class:`~rs_lightning.config.migrations.NewerFormat` for a run of a newer version)."""
     from omegaconf import DictConfig, OmegaConf
+
+    from rs_lightning.config.migrations import migrate_config
 
     path = Path(run_dir) / "config.yaml"
     if not (path.exists() or path.is_symlink()):
@@ -234,7 +237,7 @@ def read_config(run_dir: Path) -> Optional[dict[str, Any]]:
         first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
         raise DamagedFile(f"{path}: not a readable config ({type(error).__name__}: {first})"
                           ) from None
-    return config
+    return migrate_config(config, str(path))
 
 
 def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -548,7 +551,7 @@ def table_notes(table: list[dict[str, Any]]) -> dict[str, str]:
                 "numbers." + (
                     " A risk-conditioned agent learned one network for a range of settings: "
                     "its rows are its greedy policy at the run's own alpha and rho "
-                    "(python -m rs_lightning.frontier <run> evaluates it at others)."
+                    "(rs-lightning frontier <run> evaluates it at others)."
                     if any(conditioned(e) for e in table) else ""),
         "iqm": "Interquartile mean over seeds (the mean of the middle half; the plain mean "
                f"below 4 seeds) and, in brackets, its 95% confidence interval, {method} over "

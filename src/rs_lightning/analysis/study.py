@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
+from rs_lightning.config.migrations import read_run_config
 from rs_lightning.files import read_jsonl, run_files, write_text_atomic
 
 HISTORY_FILE = "optimization_history.csv"
@@ -77,9 +78,8 @@ def study_history(sweep_dir: Path) -> list[dict[str, Any]]:
         if (job / "failed.json").is_file():
             state = "failed"
         elif run_files(job, "eval.json") and (job / "config.yaml").is_file():
-            wanted = OmegaConf.load(job / "config.yaml").get("search_objective") or {}
-            objective = run_objective(job, wanted.get("metric", "utility"),
-                                      wanted.get("evaluation", "final"))
+            wanted = read_run_config(job / "config.yaml").search_objective
+            objective = run_objective(job, wanted.metric, wanted.evaluation)
             state = "finished"
             best = objective if best is None else max(best, objective)
         records.append({

@@ -34,8 +34,7 @@ Training is `rs-lightning train [overrides]` (in the repository, `python train.p
 [configuration reference](config.md) is an override (`key=value`), `-m` makes a multirun
 (a sweep) of comma-separated values, `--config-dir DIR` adds a folder of your own presets,
 and `--help` lists the config groups. Everything that reads finished runs is a command of
-the same `rs-lightning TOOL`; `python -m rs_lightning.<module>` runs the same tool (the
-module is named beside each tool below).
+the same `rs-lightning TOOL`; `python -m rs_lightning TOOL` runs the same command.
 
 This page is generated from the tools' own parsers by `rs-lightning cli-reference` (a test
 fails when it is stale): what follows is exactly what `--help` prints.
@@ -97,21 +96,15 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 
 def render() -> str:
-    from rs_lightning import MOVED_TOOLS
     from rs_lightning.app.console import TOOLS, parser
 
     with _fixed_width():
         parts = [INTRO, "## rs-lightning\n", "```text", _help(parser()), "```\n"]
-        for name, (module, summary) in TOOLS.items():
+        for name, (_, summary) in TOOLS.items():
             if name == "train":  # Hydra's command line, above
                 continue
             tool = tool_parser(name)
-            short = module.rsplit(".", 1)[-1]
-            # The tools that read runs keep their former short module names
-            # (rs_lightning.MOVED_TOOLS); the others are named by their module.
-            alias = (f"`python -m rs_lightning.{short}`"
-                     if f"rs_lightning.{short}" in MOVED_TOOLS else f"`python -m {module}`")
-            lead = f"{summary[0].upper()}{summary[1:]}; also {alias}.\n"
+            lead = f"{summary[0].upper()}{summary[1:]}.\n"
             parts += [f"## rs-lightning {name}\n", lead, "```text", _help(tool), "```\n"]
             for sub, sub_parser in subcommands(tool).items():
                 parts += [f"### rs-lightning {name} {sub}\n", "```text", _help(sub_parser),

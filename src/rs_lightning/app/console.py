@@ -10,7 +10,7 @@ training and ranks the runs).
 
 Each tool is a module of :mod:`rs_lightning.app.commands` with a ``main(argv)`` (the
 command line) over a module of :mod:`rs_lightning.analysis` of the same name (what it
-computes); ``python -m rs_lightning.<module>`` runs the same ``main``.
+computes); ``python -m rs_lightning <tool>`` is the same command line.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import importlib
 import sys
 
 from rs_lightning import __version__
+from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 
 # tool -> (the module whose main(argv) runs it, what it does)
 TOOLS = {
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[0] = f"rs-lightning {name}"
     try:
         return int(module.main(rest) or 0)
+    except ConfigError as error:  # a file the tool read, such as a run of a newer format
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         sys.argv[0] = program
 

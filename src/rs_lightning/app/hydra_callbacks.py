@@ -135,7 +135,7 @@ class WriteStudyHistory(Callback):
             print(f"[rs_lightning] study of {config.search_objective.metric} "
                   f"({config.search_objective.evaluation} evaluation): best trial in "
                   f"{sweep_dir / OPTUNA_RESULTS_FILE}, every trial in {path}; "
-                  f"python -m rs_lightning.report {sweep_dir} reports it", file=sys.stderr)
+                  f"rs-lightning report {sweep_dir} reports it", file=sys.stderr)
 
 
 class SweepSummary(Callback):
@@ -161,8 +161,8 @@ class SweepSummary(Callback):
                          "again retries the failed jobs, resumes the incomplete ones and skips "
                          "the finished ones)")
         if finished:
-            lines.append(f"  the results table and figures of the sweep: python -m "
-                         f"rs_lightning.report {sweep_dir}")
+            lines.append(f"  the results table and figures of the sweep: rs-lightning report "
+                         f"{sweep_dir}")
         print("\n".join(lines), file=sys.stderr)
         if failed:
             # The last callback to run at the end of a multirun (Hydra calls them in reverse

@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import make_members
 from rs_lightning.analysis.wandb_support import check_wandb_environment
+from rs_lightning.config.migrations import migrate_checkpoint, migrate_config
 from rs_lightning.config.schema import ValidatedConfig, validate
 from rs_lightning.engine.checkpoints import (
     check_compatible,
@@ -39,7 +40,7 @@ from rs_lightning.engine.checkpoints import (
     read_checkpoint,
 )
 from rs_lightning.engine.resources import check_resources
-from rs_lightning.envs.factory import env_problem
+from rs_lightning.envs.factory import check_training_env, env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.types import Problem
 
@@ -275,6 +276,7 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     run_config = validate(cfg)
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(run_config.train.env)
+    check_training_env(run_config.train.env)
     run_config.agent_problem(problem)  # its observations suit the network (network=cnn: images)
     check_resources(run_config, problem)  # before anything of that size is allocated
     if run_config.train.logger.backend == "wandb":
@@ -289,7 +291,8 @@ def checkpoint_start(run_config: ValidatedConfig, problem: Problem | None = None
     """The update ``train.ckpt_path`` resumes from, after checking that it fits the run
     (ConfigError otherwise)."""
     train = run_config.train
-    state = read_checkpoint(train.ckpt_path)
+    state = migrate_checkpoint(read_checkpoint(train.ckpt_path), train.env.gamma,
+                               str(train.ckpt_path))
     problem = problem or env_problem(train.env)
     problem = run_config.agent_problem(problem)
     members = make_members([AGENTS[run_config.agent.name][0](run_config.agent, problem)
@@ -354,11 +357,9 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
-    """The keys whose value differs between ``run_dir/config.yaml`` and ``cfg``.
-
-    Only keys both have are compared: a key added to the config since the folder's run was
-    made (its default keeps the old behaviour) does not make it another config.
-    """
+    """The keys whose value differs between ``run_dir/config.yaml`` (in the current format:
+    :mod:`rs_lightning.config.migrations`) and ``cfg``; :class:`NewerFormat` for a folder
+    written by a newer version. Only keys both have are compared."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return []
@@ -372,7 +373,7 @@ def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
             str(path), f"is damaged ({str(recorded)[:120]}): the run in that folder cannot "
             "be compared with this config, so nothing is written there; restore the file, "
             "delete the folder to start over, or choose another folder")
-    before = _flatten(recorded)
+    before = _flatten(migrate_config(recorded, str(path)))
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     return [
         f"{key}: {before[key]} there, {now[key]} now"

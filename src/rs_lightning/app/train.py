@@ -41,6 +41,7 @@ from rs_lightning.app.run_folders import (
     output_key,
     run_directory,
 )
+from rs_lightning.config.migrations import run_config_yaml
 from rs_lightning.config.schema import ValidatedConfig
 from rs_lightning.engine.build import (
     build,
@@ -179,7 +180,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
 
     torch.set_num_threads(train.hardware.torch_threads)
     pl.seed_everything(train.seed, workers=True, verbose=False)
-    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomic(run_dir / "config.yaml", run_config_yaml(cfg))
     # A record cut by a kill is dropped, as from eval_history.jsonl below.
     truncate_jsonl(run_dir / "attempts.jsonl", lambda record: True)
     append_jsonl(run_dir / "attempts.jsonl", {
@@ -193,7 +194,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
     for folder, member_cfg in zip(folders, configs):
         folder.mkdir(parents=True, exist_ok=True)
         if not single:
-            write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(member_cfg, resolve=True))
+            write_text_atomic(folder / "config.yaml", run_config_yaml(member_cfg))
         # Evaluations an interrupted attempt made after its checkpoint are made again.
         truncate_jsonl(folder / "eval_history.jsonl", lambda r: r.get("step", 0) <= start_step)
     member_run_configs = [run_config] if single else [member_run_config(run_config, seed) for seed in seeds]

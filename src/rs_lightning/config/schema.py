@@ -87,12 +87,11 @@ class EnvSection:
     return_min: float = MISSING  # support of the learnt return distribution
     return_max: float = MISSING
     grid_size: Optional[int] = None  # grid worlds: write policy.json for every cell
-    # Keys of any gymnasium environment (docs/guides/environments.md, "Any gymnasium environment"). The values
-    # live in conf/env/*.yaml; these defaults let a run whose config.yaml lacks them load.
-    reward_scale: float = 1.0  # rewards are multiplied by it (then clipped) for learning
-    max_episode_steps: Optional[int] = None  # time limit (truncation); null: the env's own
-    observation_normalization: str = "none"  # none | bounds (finite Box bounds onto [-1, 1])
-    num_envs: int = 1  # environment copies stepped together for collection (SyncVectorEnv)
+    # Keys of any gymnasium environment (docs/guides/environments.md, "Any gymnasium environment").
+    reward_scale: float = MISSING  # rewards are multiplied by it (then clipped) for learning
+    max_episode_steps: Optional[int] = MISSING  # time limit (truncation); null: the env's own
+    observation_normalization: str = MISSING  # none | bounds (finite Box bounds onto [-1, 1])
+    num_envs: int = MISSING  # environment copies stepped together for collection (SyncVectorEnv)
 
     def check(self) -> None:
         _require(0.0 <= self.gamma < 1.0, "env.gamma", "in [0, 1)", self.gamma)
@@ -141,13 +140,11 @@ class LearningSection:
     epsilon_decay: float = MISSING  # in environment steps
     epsilon_schedule: str = MISSING  # exponential | linear
     on_non_finite: str = MISSING  # stop | skip: what a NaN / inf loss or gradient does
-    # The values live in conf/train.yaml; these defaults let a run whose config.yaml lacks
-    # them load.
-    updates_per_step: float = 1.0  # gradient updates per environment step (0.125: 1 per 8)
-    n_step: int = 1  # steps of the discounted return in each stored transition
+    updates_per_step: float = MISSING  # gradient updates per environment step (0.125: 1 per 8)
+    n_step: int = MISSING  # steps of the discounted return in each stored transition
     # Each target update moves the target weights this share of the way toward the learned
     # ones: 1 copies them (DQN), 0.005 every update is SAC's Polyak averaging.
-    target_update_rate: float = 1.0
+    target_update_rate: float = MISSING
 
     def check(self) -> None:
         for key in ("batch_size", "replay_capacity", "target_update_period"):
@@ -206,10 +203,8 @@ class TrainerSection:
     max_steps: int = MISSING  # gradient updates
     log_every_n_steps: int = MISSING
     checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
-    # The values live in conf/trainer/default.yaml; these defaults let a run whose
-    # config.yaml lacks them load.
-    stop_at_return: Optional[float] = None  # end at the first evaluation reaching it
-    max_time: Optional[str] = None  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
+    stop_at_return: Optional[float] = MISSING  # end at the first evaluation reaching it
+    max_time: Optional[str] = MISSING  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
 
     def check(self) -> None:
         _require(self.max_steps > 0, "trainer.max_steps", "a positive integer", self.max_steps)
@@ -329,10 +324,8 @@ OBJECTIVE_EVALUATIONS = ("final", "best")
 
 @dataclass
 class ObjectiveSection:
-    # The values live in conf/train.yaml; these defaults let a run whose config.yaml lacks
-    # the section load.
-    metric: str = "utility"
-    evaluation: str = "final"  # final: eval.json; best: the best periodic or final evaluation
+    metric: str = MISSING
+    evaluation: str = MISSING  # final: eval.json; best: the best periodic or final evaluation
 
     def check(self, grid_world: bool) -> None:
         if self.metric in GRID_OBJECTIVE_METRICS and not grid_world:
@@ -365,8 +358,8 @@ class LimitsSection:
 class StaticObjectiveSection:
     """The thresholds of ``objective=static`` (docs/guides/objectives.md)."""
 
-    uniform_share: float = 0.5  # training episodes whose threshold is drawn uniformly
-    thresholds: int = 49  # candidate thresholds searched at an episode's start
+    uniform_share: float = MISSING  # training episodes whose threshold is drawn uniformly
+    thresholds: int = MISSING  # candidate thresholds searched at an episode's start
 
     def check(self) -> None:
         _require(0.0 <= self.uniform_share <= 1.0, "static_objective.uniform_share", "in [0, 1]",
@@ -394,18 +387,12 @@ class TrainConfig:
     callbacks: CallbacksSection = MISSING
     fault_injection: FaultInjectionSection = MISSING
     limits: LimitsSection = MISSING
-    search_objective: ObjectiveSection = field(default_factory=ObjectiveSection)
-    # The state torso of every agent (conf/network/; this default, the MLP, lets a run whose
-    # config.yaml lacks the section load).
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-
-    # The settings a risk-conditioned agent trains on (agent.risk_conditioned; values in
-    # conf/train.yaml; this default lets a run whose config.yaml lacks the key load).
-    risk_conditioning: Dict[str, Any] = field(default_factory=dict)
-    # What the agent optimises (rs_lightning.objectives); the values live in conf/train.yaml,
-    # these defaults let a run whose config.yaml lacks the keys load.
-    objective: str = "per_decision"
-    static_objective: StaticObjectiveSection = field(default_factory=StaticObjectiveSection)
+    search_objective: ObjectiveSection = MISSING
+    network: NetworkConfig = MISSING  # the state torso of every agent (conf/network/)
+    # The settings a risk-conditioned agent trains on (agent.risk_conditioned).
+    risk_conditioning: Dict[str, Any] = MISSING
+    objective: str = MISSING  # what the agent optimises (rs_lightning.objectives)
+    static_objective: StaticObjectiveSection = MISSING
 
     def check(self) -> None:
         _require(0.0 <= self.alpha <= 1.0, "alpha", "in [0, 1]", self.alpha)

@@ -16,6 +16,7 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import Members, StackedMembers, make_members
+from rs_lightning.config.migrations import migrate_checkpoint
 from rs_lightning.config.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.engine.callbacks import CheckpointOnSigterm
 from rs_lightning.engine.checkpoints import save_checkpoint_file
@@ -52,8 +53,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Lightning writes checkpoints in place, so a kill mid-write leaves a truncated
     ``last.ckpt`` where a good one was; here the old file stays until the new one is whole.
     It reads them with ``weights_only=True`` always (a checkpoint from elsewhere cannot
-    run code).
+    run code), in the current format (:mod:`rs_lightning.config.migrations`; ``gamma``: the
+    run's ``env.gamma``, which the migration of an older replay memory needs).
     """
+
+    def __init__(self, gamma: float) -> None:
+        super().__init__()
+        self.gamma = gamma
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         if storage_options is not None:
@@ -62,7 +68,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
         # Checkpoints are data: never unpickle objects, whatever a caller asks.
-        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        state = super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        return migrate_checkpoint(state, self.gamma, str(path))
 
 
 def build_members(run_config: ValidatedConfig, problem: Problem, seeds: list[int]) -> Members:
@@ -155,7 +162,7 @@ def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Train
         limit_val_batches=0,
         default_root_dir=str(run_dir),
         log_every_n_steps=train.trainer.log_every_n_steps,
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(train.env.gamma)],
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from rs_lightning.config.migrations import DATAMODULE, NewerFormat, checkpoint_format
 from rs_lightning.engine.replay import update_ratio
 from rs_lightning.errors import ConfigError
 from rs_lightning.files import atomic_write
@@ -53,8 +54,6 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: Path | str) -> None:
 
 CHECKPOINT_FOLDER = "checkpoints"
 LAST = "last.ckpt"
-# Lightning files a datamodule's state under its class name.
-DATAMODULE = "ExperienceDataModule"
 
 
 class UnsafeCheckpoint(ConfigError):
@@ -63,7 +62,10 @@ class UnsafeCheckpoint(ConfigError):
 
 
 def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint's content; ConfigError if it is missing, unreadable or not ours."""
+    """The checkpoint's content as written; ConfigError if it is missing, unreadable or not
+    ours, :class:`~rs_lightning.config.migrations.NewerFormat` if a newer version wrote it.
+    What reads more than its step brings it to the current format first
+    (:func:`~rs_lightning.config.migrations.migrate_checkpoint`)."""
     path = Path(path)
     if not path.is_file():
         what = "a folder, not a checkpoint file" if path.is_dir() else "no checkpoint file there"
@@ -99,6 +101,7 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
             key, f"{path} holds raw bytes at {raw} (a pickled object, or a checkpoint of an "
             "earlier version); rs_lightning checkpoints hold only tensors, numbers and strings"
         )
+    checkpoint_format(state, str(path))
     return state
 
 
@@ -121,17 +124,17 @@ def _raw_bytes(node: Any, where: str = "") -> str | None:
 
 
 def checkpoint_agent(state: dict[str, Any]) -> str:
-    """The agent name (or, in older checkpoints, the agent class name) that wrote ``state``."""
-    ours = state["rs_lightning"]
-    return ours.get("agent") or ours.get("agent_class", "?")
+    """The name of the agent that wrote ``state`` (a checkpoint in the current format)."""
+    return state["rs_lightning"]["agent"]
 
 
 def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
                      members: torch.nn.Module, env_id: str, key: str = "ckpt_path",
                      num_envs: int = 1, parallel_seeds: int = 1, n_step: int = 1,
                      updates_per_step: float = 1.0) -> None:
-    """ConfigError unless ``state`` was written by the same agent with the same network
-    shapes, members, environment copies, n-step returns and update ratio.
+    """ConfigError unless ``state`` (in the current format) was written by the same agent
+    with the same network shapes, members, environment copies, n-step returns and update
+    ratio.
 
     ``members`` are the networks this run builds
     (:class:`~rs_lightning.agents.members.Members`); the checkpoint's ``agent.*`` tensors
@@ -139,7 +142,7 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
     """
     ours = state["rs_lightning"]
     written_by = checkpoint_agent(state)
-    if written_by not in (agent_name, ours.get("agent_class")):
+    if written_by != agent_name:
         raise ConfigError(
             key, f"{path} was written by agent {written_by}, this run is agent={agent_name}; "
             f"resume with the checkpoint's agent or give a checkpoint of {agent_name}"
@@ -149,33 +152,33 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             key, f"{path} was written by an earlier version of rs_lightning, whose checkpoints "
             "this version cannot resume; start the run afresh"
         )
-    written_seeds = len(ours.get("seeds", [None]))
+    written_seeds = len(ours["seeds"])
     if written_seeds != parallel_seeds:
         raise ConfigError(
             key, f"{path} was written with parallel_seeds={written_seeds}, this run has "
             f"parallel_seeds={parallel_seeds}; resume with the checkpoint's parallel_seeds (a "
             "single seed of a parallel_seeds run: its seed_<s>/checkpoints/last.ckpt)"
         )
-    data = state.get(DATAMODULE) or {}
-    written_env = data.get("env_id")
-    if written_env is not None and written_env != env_id:
+    data = state[DATAMODULE]
+    written_env = data["env_id"]
+    if written_env != env_id:
         raise ConfigError(
             key, f"{path} was written on env {written_env}, this run is on {env_id}"
         )
-    written_copies = data.get("num_envs", 1)
+    written_copies = data["num_envs"]
     if written_copies != num_envs:
         raise ConfigError(
             key, f"{path} was written with env.num_envs={written_copies}, this run has "
             f"env.num_envs={num_envs}; resume with the checkpoint's env.num_envs"
         )
-    collector = data.get("collector") or {}
-    written_n = collector.get("n_step", 1)
+    collector = data["collector"]
+    written_n = collector["n_step"]
     if written_n != n_step:
         raise ConfigError(
             key, f"{path} was written with learning.n_step={written_n}, this run has "
             f"learning.n_step={n_step}; resume with the checkpoint's learning.n_step"
         )
-    written_ratio = Fraction(*collector.get("updates_per_step", (1, 1)))
+    written_ratio = Fraction(*collector["updates_per_step"])
     if written_ratio != update_ratio(updates_per_step):
         raise ConfigError(
             key, f"{path} was written with learning.updates_per_step={float(written_ratio):g}, "
@@ -183,7 +186,7 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             "learning.updates_per_step"
         )
     saved = {k[len("members."):]: v.shape
-             for k, v in module_state_dict(state["state_dict"]).items()
+             for k, v in state["state_dict"].items()
              if k.startswith("members.")}
     wanted = {k: v.shape for k, v in members.state_dict().items()}
     if saved != wanted:
@@ -201,26 +204,9 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
         )
 
 
-# The module's weights are named "members." and "target_members."; checkpoints written while
-# they were "agent." and "target_agent." load under the new names.
-_RENAMED_PREFIXES = (("target_agent.", "target_members."), ("agent.", "members."))
-
-
-def module_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's ``state_dict`` under the module's current names."""
-    renamed = {}
-    for key, value in state_dict.items():
-        for old, new in _RENAMED_PREFIXES:
-            if key.startswith(old):
-                key = new + key[len(old):]
-                break
-        renamed[key] = value
-    return renamed
-
-
 def checkpoint_step(state: dict[str, Any]) -> int:
     """The number of updates made when ``state`` was saved."""
-    return int(state.get("global_step", 0))
+    return int(state["global_step"])
 
 
 _STEP_NAME = re.compile(r"step(\d+)\.ckpt$")
@@ -251,7 +237,7 @@ def newest_checkpoint(run_dir: Path | str) -> tuple[Path, int] | None:
             continue  # a step file cannot be newer than what was already found
         try:
             step = checkpoint_step(read_checkpoint(path, "checkpoint"))
-        except UnsafeCheckpoint:
+        except (UnsafeCheckpoint, NewerFormat):
             raise
         except ConfigError as error:
             print(f"warning: ignoring {error.message}", file=sys.stderr)

@@ -219,22 +219,18 @@ class Collector:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if (state["members"], state["copies_per_member"]) != (self.members, self.copies_per_member):
             raise ValueError("the checkpoint's collector is of another number of members or copies")
-        ratio = Fraction(*state.get("updates_per_step", (1, 1)))
-        if ratio != self.updates_per_step or state.get("n_step", 1) != self.n_step:
+        ratio = Fraction(*state["updates_per_step"])
+        if ratio != self.updates_per_step or state["n_step"] != self.n_step:
             raise ValueError("the checkpoint's collector has another learning.updates_per_step "
                              "or learning.n_step")
         self.env_steps = state["env_steps"]
-        # A checkpoint without update_credit holds the transitions not yet matched by an update.
-        self.update_credit = state.get("update_credit", state.get("pending_updates"))
+        self.update_credit = state["update_credit"]
         self.episodes = list(state["episodes"])
         self.episode_returns = state["episode_returns"].numpy().copy()
         self.ended_returns = [list(r) for r in state["ended_returns"]]
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
         restarted = self.copies.load_state_dict(state["copies"])
-        replay = state["replay"]
-        if "discount" not in replay:  # a replay memory without discounts: they follow
-            replay = {**replay, "discount": (1.0 - replay["terminated"]) * self.gamma}
-        self.replay.load_state_dict(replay)
+        self.replay.load_state_dict(state["replay"])
         if self.window is not None:
             self.window.load_state_dict(state["n_step_window"])
         episode = self.episode_state

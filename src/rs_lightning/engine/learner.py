@@ -26,8 +26,8 @@ from torch import Tensor
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members
+from rs_lightning.config.migrations import FORMAT_KEY, FORMAT_VERSION
 from rs_lightning.engine.behaviour import make_behaviour
-from rs_lightning.engine.checkpoints import module_state_dict
 from rs_lightning.engine.experience import Collector
 from rs_lightning.engine.rollout import act_on_distinct
 from rs_lightning.errors import NumericalFault
@@ -440,13 +440,14 @@ class QLearning(pl.LightningModule):
     # ------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # A checkpoint with NaN weights must never replace a good one.
-        self.check_parameters(int(checkpoint.get("global_step", self.global_step)))
+        self.check_parameters(int(checkpoint["global_step"]))
         checkpoint["rs_lightning"] = self.engine_state()
 
     def engine_state(self, members: list[int] | None = None) -> dict[str, Any]:
         """The module's own state (plain types); ``members`` selects some members."""
         chosen = list(range(len(self.seeds))) if members is None else list(members)
         return {
+            FORMAT_KEY: FORMAT_VERSION,  # rs_lightning.config.migrations
             **self.batch_state.state_dict(chosen),
             "behaviour": self.behaviour.state_dict(chosen),
             "episodes": [self._episodes[k] for k in chosen],
@@ -463,16 +464,14 @@ class QLearning(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Before Lightning loads the weights: a checkpoint's own names for them.
-        checkpoint["state_dict"] = module_state_dict(checkpoint["state_dict"])
+        # In the current format: the run's checkpoint reader (engine.build) migrated it.
         state = checkpoint["rs_lightning"]
         self.behaviour.load_state_dict(state["behaviour"])
         self.batch_state.load_state_dict(state)
         self._episodes = list(state["episodes"])
-        members = len(self._episodes)
-        self._window_returns = [list(r) for r in state.get("window_returns", [[]] * members)]
-        self._window_outcomes = [list(o) for o in state.get("window_outcomes", [[]] * members)]
-        self.skipped_updates = state.get("skipped_updates", 0)
-        self.clock.before = state.get("train_seconds", 0.0)
+        self._window_returns = [list(r) for r in state["window_returns"]]
+        self._window_outcomes = [list(o) for o in state["window_outcomes"]]
+        self.skipped_updates = state["skipped_updates"]
+        self.clock.before = state["train_seconds"]
         torch.set_rng_state(state["torch_rng"])
         set_numpy_global_state(state["numpy_rng"])

@@ -18,6 +18,17 @@ terminated)``. On such a model this module computes, in the environment's reward
   U = alpha E + (1 - alpha) CVaR_rho (Bauerle & Ott's augmented state, below); bounds on it
   for U = alpha E + (1 - alpha) VaR_rho (below).
 
+**Exact where every episode is finite.** Where no state can follow itself (the model's
+graph of non-terminal outcomes is acyclic, :func:`is_exact`: the finite-horizon worlds whose
+state holds the period, trading and the American put), every figure above is computed on
+the exact laws by :mod:`.tabular_exact`: the atoms are the exact discounted returns, the
+per-decision iteration's ties are exact ties (the current action is kept), the static CVaR
+optimum is exact, and the static VaR optimum is exact where a search over the tree of
+histories closes the gap between its two bounds, else an interval (a policy's value below,
+weak duality above). The rest of this docstring is about the other models (cliff walking,
+FrozenLake): there the figures are estimates on grids, and ``eval.json`` says so
+(``<key>_kind``, :func:`references`).
+
 Laws live on a fixed uniform grid of atoms (:class:`ReturnGrid`, spacing ``delta``) that
 covers every discounted return the model allows. A value r + gamma z that falls between two
 atoms is split between them so that its mean is kept (the categorical projection of C51).
@@ -89,6 +100,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rs_lightning.references import tabular_exact
 from rs_lightning.references.policy_iteration import (
     CYCLE,
     MAX_ITERATIONS,
@@ -199,6 +211,18 @@ def tabular_model(env, horizon: int | None = None,
         shape = (int(unwrapped.nrow), int(unwrapped.ncol))
     return model_from_transitions(transitions, start, horizon,
                                   tuple(int(n) for n in shape) if shape else None)
+
+
+def is_exact(model: TabularModel) -> bool:
+    """Whether the model's laws are computed exactly (:mod:`.tabular_exact`): no state can
+    follow itself in an episode, so every return law has finitely many atoms."""
+    key = id(model)
+    if key not in _ACYCLIC or _ACYCLIC[key][0] is not model:
+        _ACYCLIC[key] = (model, tabular_exact.is_acyclic(model))
+    return _ACYCLIC[key][1]
+
+
+_ACYCLIC: dict[int, tuple[TabularModel, bool]] = {}
 
 
 # --------------------------------------------------------------------------- return grid
@@ -408,8 +432,11 @@ def episode_law(model: TabularModel, policy: np.ndarray, gamma: float,
     """The law of the episode's discounted return sum_t gamma^t r_t from the start
     distribution under ``policy``, the time limit ``horizon`` (default: the model's)
     ending it; with no time limit, the learner's law of the start state."""
-    grid = grid or model_grid(model, gamma)
     policy = np.asarray(policy, dtype=np.int64)
+    if horizon is None and is_exact(model):
+        values, probs = tabular_exact.episode_law(model, policy, gamma)
+        return ReturnDistribution(torch.from_numpy(values), torch.from_numpy(probs))
+    grid = grid or model_grid(model, gamma)
     horizon = model.horizon if horizon is None else horizon
     start = torch.from_numpy(model.start)
     if horizon is None:
@@ -479,7 +506,15 @@ def describe_path(model: TabularModel, path: list[int]) -> str:
 
 def action_utilities(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float,
                      grid: ReturnGrid | None = None) -> np.ndarray:
-    """U[Z^pi(s, a)] for every state and action -> ``[S, A]``."""
+    """U[Z^pi(s, a)] for every state and action -> ``[S, A]``: exact where
+    :func:`is_exact`, else on the grid."""
+    if is_exact(model):
+        laws = tabular_exact.action_laws(model, np.asarray(policy, dtype=np.int64), gamma)
+        values, probs = tabular_exact.padded([law for row in laws for law in row])
+        shape = (model.n_states, model.n_actions, values.shape[-1])
+        exact = ReturnDistribution(torch.from_numpy(values).reshape(shape),
+                                   torch.from_numpy(probs).reshape(shape))
+        return law_utility(exact, utility).numpy()
     laws = learner_laws(model, policy, gamma, grid)
     return law_utility(laws.distribution(), utility).numpy()
 
@@ -522,7 +557,7 @@ def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float
     iteration from ``initial`` (default: the expectation-optimal policy); a cycle of
     policies is reported (U is not additive over steps, so nothing guarantees a fixed
     point)."""
-    grid = grid or model_grid(model, gamma)
+    grid = grid or (None if is_exact(model) else model_grid(model, gamma))
     start = (expectation_optimal_policy(model, gamma) if initial is None
              else np.asarray(initial, dtype=np.int64))
     iteration = iterate(
@@ -575,6 +610,8 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
                         thresholds: int = THRESHOLDS) -> StaticOptimum:
     """max over policies of (state, step, return so far) of
     alpha E[S] + (1 - alpha) CVaR_rho[S], S = sum_{t < H} gamma^t r_t (module docstring)."""
+    if is_exact(model):
+        return StaticOptimum(*tabular_exact.static_cvar(model, alpha, rho, gamma))
     kappa = (1.0 - alpha) / rho
     grid = _threshold_setup(model, gamma, thresholds)
     ys = grid.ys
@@ -766,7 +803,12 @@ def _shortfall_programme(grid: _ThresholdGrid, alpha: float, gamma: float, penal
 def static_var_optimum(model: TabularModel, alpha: float, rho: float, gamma: float,
                        thresholds: int = VAR_THRESHOLDS) -> StaticOptimum:
     """Bounds on max over policies of (state, step, return so far) of
-    alpha E[S] + (1 - alpha) VaR_rho[S] (module docstring, "Static VaR")."""
+    alpha E[S] + (1 - alpha) VaR_rho[S] (module docstring, "Static VaR"): on the exact laws
+    where :func:`is_exact`, else on the threshold grid."""
+    if is_exact(model):
+        low, high = return_bounds(model, gamma)
+        bounds = tabular_exact.static_var(model, alpha, rho, gamma, max(high - low, 1e-12))
+        return StaticOptimum(bounds.lower, bounds.level, bounds.upper)
     grid = _threshold_setup(model, gamma, thresholds)
     ys = grid.ys
     scale = max(grid.high - grid.low, 1e-12)
@@ -823,21 +865,36 @@ def static_optimum(model: TabularModel, utility: Utility, gamma: float
 REFERENCE_RISKS = ("expectation", "var", "cvar", "spectral")
 
 
+# What a figure is (``<key>_kind`` in eval.json): "exact" (to float precision), "interval"
+# (the true value lies between ``<key>``, which a policy attains, and ``<key>_upper``) or
+# "estimate" (a grid's value; ``<key>_error`` bounds its distance to the true value where a
+# bound is known).
+EXACT, INTERVAL, ESTIMATE = "exact", "interval", "estimate"
+# Bounds closer than this are one exact value.
+_MEETING = 1e-9
+
+
 def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma: float
                ) -> dict[str, Any]:
     """What ``eval.json`` carries on a tabular environment (the grid worlds' keys):
-    ``exact_static_utility`` of ``policy``; with E, VaR or CVaR also ``per_decision_path``,
-    ``per_decision_static_utility``, ``static_optimum`` and ``static_gap``; with VaR, whose
-    optimum is bounded, ``static_optimum`` is the best policy examined (a lower bound, so
-    ``static_gap`` is too) and ``static_optimum_upper`` / ``static_gap_upper`` the bounds
-    above."""
+    ``exact_static_utility`` of ``policy`` and the policy itself (``greedy_actions``, one
+    action a state); with E, VaR or CVaR also ``per_decision_path``,
+    ``per_decision_static_utility``, ``static_optimum`` and ``static_gap``. Every figure
+    ``<key>`` has a ``<key>_kind`` (:func:`target_kinds`); where the static optimum is
+    bounded (VaR), ``static_optimum`` is the best policy examined (the lower end, so
+    ``static_gap`` is too) and ``static_optimum_upper`` / ``static_gap_upper`` the upper
+    ends."""
     key = _model_key(model)
-    own = static_utility(model, np.asarray(policy), utility, gamma, _cached_grid(key, gamma))
-    out: dict[str, Any] = {"exact_static_utility": own}
+    policy = np.asarray(policy, dtype=np.int64)
+    own = static_utility(model, policy, utility, gamma, _cached_grid(key, gamma))
+    out: dict[str, Any] = {"exact_static_utility": own, "greedy_actions": policy.tolist()}
+    out.update(_estimate_fields("exact_static_utility", model, utility, gamma))
     out.update(policy_free_references(model, utility, gamma))
     if "static_optimum_upper" in out:  # VaR: the learned policy is one more policy too
         out["static_optimum"] = max(out["static_optimum"], own)
         out["static_gap_upper"] = out["static_optimum_upper"] - own
+        if out["static_optimum_upper"] - out["static_optimum"] <= _MEETING:
+            out.update(static_optimum_kind=EXACT)
     if "static_optimum" in out:
         out["static_gap"] = max(out["static_optimum"] - own, 0.0)
     return out
@@ -847,20 +904,45 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
                            ) -> dict[str, Any]:
     """The references of :func:`references` that need no learned policy (what a static
     run, whose policy is not one of the states alone, gets): with E, VaR or CVaR
-    ``per_decision_path`` and ``per_decision_static_utility``; with E, VaR or CVaR
-    ``static_optimum`` (and with VaR ``static_optimum_upper``)."""
+    ``per_decision_path`` and ``per_decision_static_utility`` (the fixed point reached by
+    policy iteration from the expectation-optimal policy: where several exist, that one);
+    ``static_optimum`` (with VaR ``static_optimum_upper`` too: an interval's upper end),
+    each with its kind."""
     if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
         return {}
     key = _model_key(model)
     fixed_point = _cached_fixed_point(key, gamma, _utility_key(utility))
     out: dict[str, Any] = {"per_decision_path": fixed_point.path,
-                           "per_decision_static_utility": fixed_point.static_utility}
+                           "per_decision_static_utility": fixed_point.static_utility,
+                           "per_decision_start": "expectation-optimal policy"}
+    out.update(_estimate_fields("per_decision_static_utility", model, utility, gamma))
     best = _cached_optimum(key, gamma, _utility_key(utility))
     if best is not None:
         out["static_optimum"] = best.utility
+        exact_programme = is_exact(model) and (
+            utility.alpha == 1.0 or utility.risk in ("expectation", "cvar", "var"))
+        out["static_optimum_kind"] = EXACT if exact_programme else ESTIMATE
         if best.upper is not None:  # VaR: bounds; the per-decision policy is one more policy
             out["static_optimum"] = max(best.utility, fixed_point.static_utility)
             out["static_optimum_upper"] = max(best.upper, out["static_optimum"])
+            if exact_programme and out["static_optimum_upper"] - out["static_optimum"] > _MEETING:
+                out["static_optimum_kind"] = INTERVAL
+    return out
+
+
+def _estimate_fields(key: str, model: TabularModel, utility: Utility, gamma: float
+                     ) -> dict[str, Any]:
+    """``<key>_kind`` of a fixed policy's static utility: exact on the exact laws, else an
+    estimate on the grid with the grid's bound on its error (:func:`grid_error_bounds`)."""
+    if is_exact(model):
+        return {f"{key}_kind": EXACT}
+    out: dict[str, Any] = {f"{key}_kind": ESTIMATE}
+    if utility.alpha < 1.0 and utility.risk in ("var", "cvar"):
+        bounds = grid_error_bounds(_cached_grid(_model_key(model), gamma), gamma,
+                                   float(utility.params["rho"]), model.horizon)
+        out[f"{key}_error"] = (1.0 - utility.alpha) * bounds[utility.risk]
+    elif utility.alpha == 1.0 or utility.risk == "expectation":
+        out[f"{key}_error"] = 0.0
     return out
 
 

@@ -1,4 +1,4 @@
-"""``rs-lightning evaluate`` and ``python -m rs_lightning.evaluation``: the command line of
+"""``rs-lightning evaluate``: the command line of
 :mod:`rs_lightning.analysis.evaluation`, which computes what it prints and writes.
 """
 

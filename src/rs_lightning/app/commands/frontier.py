@@ -1,4 +1,4 @@
-"""``rs-lightning frontier`` and ``python -m rs_lightning.frontier``: the command line of
+"""``rs-lightning frontier``: the command line of
 :mod:`rs_lightning.analysis.frontier`, which computes what it prints and writes.
 """
 

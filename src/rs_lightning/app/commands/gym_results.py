@@ -1,4 +1,4 @@
-"""``rs-lightning gym-results`` and ``python -m rs_lightning.gym_results``: the command line of
+"""``rs-lightning gym-results``: the command line of
 :mod:`rs_lightning.analysis.gym_results`, which computes what it prints and writes.
 """
 

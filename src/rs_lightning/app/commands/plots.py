@@ -1,4 +1,4 @@
-"""``rs-lightning plots`` and ``python -m rs_lightning.plots``: the command line of
+"""``rs-lightning plots``: the command line of
 :mod:`rs_lightning.analysis.plots`, which computes what it prints and writes.
 """
 

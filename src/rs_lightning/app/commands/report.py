@@ -1,4 +1,4 @@
-"""``rs-lightning report`` and ``python -m rs_lightning.report``: the command line of
+"""``rs-lightning report``: the command line of
 :mod:`rs_lightning.analysis.report`, which computes what it prints and writes.
 """
 
@@ -70,7 +70,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"W&B summary run ({logged}): {folder}")
         if args.wandb_report and logged != "online":
             print("warning: the W&B Report was not created: the summary run was logged "
-                  f"offline; `python -m rs_lightning.report {report.sweep_dir} --sync` uploads "
+                  f"offline; `rs-lightning report {report.sweep_dir} --sync` uploads "
                   "the runs and creates it", file=sys.stderr)
             return 1
     if args.wandb_report:

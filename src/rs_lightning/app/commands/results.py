@@ -1,4 +1,4 @@
-"""``rs-lightning results`` and ``python -m rs_lightning.results``: the command line of
+"""``rs-lightning results``: the command line of
 :mod:`rs_lightning.analysis.results`, which computes what it prints and writes.
 """
 
