@@ -20,6 +20,7 @@ import importlib
 import sys
 
 from rs_lightning import __version__
+from rs_lightning.app.signals import Stopped, stop_on_signals
 from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
 
 # tool -> (the module whose main(argv) runs it, what it does)
@@ -67,12 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         parser().parse_args(argv)  # the list of tools, or one line naming the allowed ones
         return 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(TOOLS[name][0])
     # The tool's own parser names itself as the user typed it.
     program = sys.argv[0]
     sys.argv[0] = f"rs-lightning {name}"
     try:
-        return int(module.main(rest) or 0)
+        with stop_on_signals():  # importing a tool takes seconds: a signal then stops it too
+            module = importlib.import_module(TOOLS[name][0])
+            return int(module.main(rest) or 0)
+    except Stopped as stop:
+        print(f"Stopped by {stop.name}: rs-lightning {name} ended before it finished; the "
+              "same command does the work again", file=sys.stderr)
+        return stop.status
     except ConfigError as error:  # a file the tool read, such as a run of a newer format
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

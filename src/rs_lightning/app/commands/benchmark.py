@@ -11,13 +11,15 @@ jobs are skipped, interrupted ones resume (docs/guides/resume.md).
 from __future__ import annotations
 
 import argparse
-import subprocess
+import shlex
+import signal
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from rs_lightning.app.signals import exit_status, run_child
 from rs_lightning.config import CONF_DIR
 from rs_lightning.errors import EXIT_BAD_INPUT
 
@@ -165,8 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     print("[rs_lightning] benchmark: " + " ".join(command[1:]), file=sys.stderr)
     start = time.monotonic()
     # In the caller's folder, as `python train.py` would be: relative paths mean the same.
-    status = subprocess.call(command)
+    # A signal is passed on to the sweep, whose runs save their state and stop.
+    status, stopped_by = run_child(command)
     sweep_dir = Path(next(o for o in command if o.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    if stopped_by is not None:
+        again = shlex.join(["rs-lightning", "benchmark", *(sys.argv[1:] if argv is None else argv)])
+        print(f"Stopped by {signal.Signals(stopped_by).name}: the sweep in {sweep_dir} stopped "
+              f"with its runs' state saved; the same command resumes it: {again}",
+              file=sys.stderr)
+        return exit_status(stopped_by)
     leaderboard = sweep_dir / "leaderboard.md"
     minutes = (time.monotonic() - start) / 60
     if leaderboard.is_file() and status in (0, 1):  # 1: some jobs failed, the rest scored

@@ -1,0 +1,143 @@
+"""SIGTERM and SIGINT to the tools: one line, exit 143 / 130, no process of theirs left, and
+the same command resumes (``rs-lightning benchmark``) or does the work again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rs_lightning.app.signals import child_status, exit_status, run_child
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _wait_for(condition, process, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, "the command ended before the signal"
+        assert time.monotonic() < deadline, "the command never got there"
+        time.sleep(0.05)
+
+
+TOOL = [sys.executable, "-m", "rs_lightning.app.console"]  # rs-lightning
+BENCHMARK = ["--worlds", "two_stage", "--agents", "c51", "--measures", "cvar", "--objectives",
+             "per_decision", "--seeds", "1", "--wandb", "off", "trainer.max_steps=400",
+             "trainer.checkpoint_every_n_steps=50", "evaluation.episodes=50",
+             "learning.target_update_period=50"]
+
+
+def _benchmark(tmp_path: Path, stderr) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*TOOL, "benchmark", *BENCHMARK, "--out", "sweep"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM,
+                                    # and the same command resumes the sweep
+                                    pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+def test_a_signal_to_the_benchmark_stops_its_sweep_and_the_same_command_resumes(
+        tmp_path, signum):
+    """The real signal from another process while the sweep's run trains: the run saves
+    its state, nothing of the benchmark is left running, one line, 143 / 130; the same
+    command then resumes the run from that state and writes the leaderboard."""
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        benchmark = _benchmark(tmp_path, stderr)
+        _wait_for(lambda: any(tmp_path.glob("sweep/*/checkpoints/step*.ckpt")), benchmark, 240)
+        (child,) = _children(benchmark.pid)
+        assert os.getpgid(child) == child != os.getpgid(benchmark.pid)  # a group of its own
+        benchmark.send_signal(signum)
+        benchmark.wait(timeout=60)
+    err = log.read_text()
+    name = signal.Signals(signum).name
+    assert benchmark.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[signum], err[-3000:]
+    assert not _group_alive(child), "a process of the sweep outlived the benchmark"
+    stopped = [line for line in err.splitlines() if line.startswith("Stopped by")]
+    assert stopped[0].startswith(f"Stopped by {name}: the run's state is in ")  # the run's
+    assert stopped[-1] == (f"Stopped by {name}: the sweep in sweep stopped with its runs' "
+                           "state saved; the same command resumes it: rs-lightning benchmark "
+                           + " ".join(BENCHMARK) + " --out sweep")
+    assert "Traceback" not in err
+    (run,) = (tmp_path / "sweep").glob("*/checkpoints/last.ckpt")
+    assert not (run.parent.parent / "eval.json").exists()
+    if signum == signal.SIGTERM:
+        return  # what the same command then does: the slow variant
+    again = subprocess.run([*TOOL, "benchmark", *BENCHMARK, "--out", "sweep"], cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[rs_lightning] resuming " in again.stderr and "(step " in again.stderr
+    assert (tmp_path / "sweep" / "leaderboard.md").is_file()
+
+
+def test_a_signal_to_a_tool_working_in_its_own_process_is_one_line(tmp_path):
+    """frontier, evaluate, report work in their own process: SIGTERM while the tool is still
+    starting (importing) gives the same one line and status as later on."""
+    process = subprocess.Popen([*TOOL, "frontier", str(tmp_path)],
+                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.strip() == ("Stopped by SIGINT: rs-lightning frontier ended before it finished; "
+                           "the same command does the work again")
+
+
+def test_run_child_passes_the_signal_to_every_process_of_the_group(tmp_path):
+    """A child that starts a grandchild of its own (as a launcher starts workers) and
+    ignores nothing: both end at the signal; one that ignores SIGTERM is killed after the
+    grace period."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "time.sleep(600)\n")
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import sys\n"
+        "from rs_lightning.app.signals import run_child\n"
+        f"status, stopped = run_child([sys.executable, {str(script)!r}], grace=5)\n"
+        "print(status, stopped)\n")
+    process = subprocess.Popen([sys.executable, str(runner)], stdout=subprocess.PIPE, text=True)
+    _wait_for(lambda: (tmp_path / "ready").exists(), process, 60)
+    time.sleep(0.3)
+    (child,) = _children(process.pid)
+    start = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=30)
+    assert time.monotonic() - start < 5
+    assert out.split() == ["143", str(int(signal.SIGTERM))]  # killed by SIGTERM: 128 + 15
+    assert not _group_alive(child)
+
+
+def test_exit_statuses_are_those_a_shell_reports():
+    assert exit_status(signal.SIGTERM) == 143 and exit_status(signal.SIGINT) == 130
+    assert child_status(-signal.SIGKILL) == 137 and child_status(2) == 2
+    status, stopped = run_child([sys.executable, "-c", "raise SystemExit(3)"])
+    assert (status, stopped) == (3, None)
