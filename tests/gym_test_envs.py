@@ -63,6 +63,24 @@ class UnboundedActions(Unbounded):
     action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
 
 
+class OddActions(Unbounded):
+    """A continuous action Box no actor can act in: ``box`` empty (shape (0,)), fixed (low ==
+    high in one dimension) or integer (an int64 Box)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def __init__(self, box: str = "empty"):
+        self.action_space = {
+            "empty": gym.spaces.Box(-1.0, 1.0, (0,), np.float32),
+            "fixed": gym.spaces.Box(np.array([-1.0, 0.5], np.float32),
+                                    np.array([1.0, 0.5], np.float32)),
+            "integer": gym.spaces.Box(-3, 3, (2,), np.int64),
+        }[box]
+
+    def step(self, action):
+        return np.zeros(2, np.float32), float(np.sum(action)), True, False, {}
+
+
 class ImageCorridor(gym.Env):
     """A corridor seen as a [2, 3, 6] boolean image, channels first: channel 0 marks the
     agent's cell in the middle row, channel 1 the goal at the right end. Actions: 0 left, 1
@@ -108,7 +126,8 @@ class Video(gym.Env):
 class Faulty(gym.Env):
     """Two steps an episode, well behaved until its ``after``-th step, then the ``fault``:
     nan_reward, inf_reward, huge_reward (1e308), nan_obs, shape (3 values instead of 2),
-    four_tuple (the old gym API) or raise (an exception inside step())."""
+    four_tuple (the old gym API), raise (an exception inside step()) or raise_in_reset (an
+    exception inside reset(), once it has been called ``after`` times)."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
@@ -119,13 +138,16 @@ class Faulty(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
+        self.resets = getattr(self, "resets", 0) + 1
+        if self.fault == "raise_in_reset" and self.resets >= self.after:
+            raise RuntimeError("the simulator could not restart")
         return np.zeros(2, np.float32), {}
 
     def step(self, action):
         self.count += 1
         self.t += 1
         obs, reward, done = np.full(2, 0.5, np.float32), 1.0, self.t >= 2
-        if self.count < self.after or self.fault == "none":
+        if self.count < self.after or self.fault in ("none", "raise_in_reset"):
             return obs, reward, done, False, {}
         if self.fault == "raise":
             raise RuntimeError("the simulator lost its connection")
@@ -160,6 +182,7 @@ for _id, _entry, _limit in (("TinyImage-v0", TinyImage, None),
                             ("ShiftedCounter-v0", ShiftedCounter, None),
                             ("Unbounded-v0", Unbounded, None),
                             ("UnboundedActions-v0", UnboundedActions, None),
+                            ("OddActions-v0", OddActions, None),
                             ("ImageCorridor-v0", ImageCorridor, ImageCorridor.spec_max_steps),
                             ("Video-v0", Video, None)):
     if _id not in registry:

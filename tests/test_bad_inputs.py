@@ -67,7 +67,7 @@ CASES = [
     Case("return grid min > max", ["env.return_min=3"], "env.return_min",
          "must be below env.return_max=2.0"),
     Case("return grid of one point", ["agent=rs_umdqn_c", "agent.n_returns=1"],
-         "agent.n_returns", "must be an integer >= 2"),
+         "agent.n_returns", "must be an integer in [2, 1024]"),
     Case("gamma 1", ["env.gamma=1.0"], "env.gamma", "must be in [0, 1)"),
     Case("zero max_steps", ["trainer.max_steps=0"], "trainer.max_steps", "a positive integer"),
     Case("zero evaluation episodes", ["evaluation.episodes=0"], "evaluation.episodes",
@@ -166,8 +166,31 @@ CASES = [
     Case("replay of terabytes over parallel seeds", ["learning.replay_capacity=30000000000",
                                                      "parallel_seeds=100"],
          "learning.replay_capacity", "for parallel_seeds=100"),
-    Case("networks of terabytes", ["agent.hidden_sizes=[1000000,1000000]"],
+    Case("networks of terabytes", ["agent.hidden_sizes=[" + ",".join(["65536"] * 16) + "]"],
          "agent.hidden_sizes", "the networks: "),
+    Case("critics of terabytes", ["env=pendulum", "agent=tqc", "agent.n_critics=64",
+                                  "agent.n_quantiles=16", "agent.hidden_sizes=[30000,30000]"],
+         "agent.hidden_sizes", "lower agent.hidden_sizes, agent.n_critics or agent.n_quantiles"),
+    Case("a layer wider than the bound", ["agent.hidden_sizes=[100000]"], "agent.hidden_sizes",
+         "must hold at most 64 layers of at most 65536 units each, got [100000]"),
+    Case("a head layer wider than the bound", ["agent=iqn", "agent.head_hidden_sizes=[70000]"],
+         "agent.head_hidden_sizes", "at most 65536 units each"),
+    Case("twenty thousand critics", ["env=pendulum", "agent=tqc", "agent.n_critics=20000"],
+         "agent.n_critics", "must be an integer in [1, 64] (each critic is a network", cli=True),
+    Case("a million critics", ["env=pendulum", "agent=dsac", "agent.n_critics=1000000"],
+         "agent.n_critics", "must be an integer in [1, 64]"),
+    Case("1e8 quantiles", ["env=pendulum", "agent=tqc", "agent.n_quantiles=100000000"],
+         "agent.n_quantiles", "must be an integer in [1, 1024] (the losses compare every pair"),
+    Case("the critics' pooled atoms past the bound", ["env=pendulum", "agent=tqc",
+                                                      "agent.n_critics=64",
+                                                      "agent.n_quantiles=25"],
+         "agent.n_quantiles", "n_critics x n_quantiles = 64 x 25, must be at most 1024"),
+    Case("QR-DQN quantiles past the bound", ["agent=qr_dqn", "agent.n_quantiles=5000"],
+         "agent.n_quantiles", "must be an integer in [1, 1024]"),
+    Case("C51 atoms past the bound", ["agent=c51", "agent.n_atoms=100001"], "agent.n_atoms",
+         "must be an integer in [2, 1024]"),
+    Case("IQN fractions past the bound", ["agent=iqn", "agent.n_target_fractions=4096"],
+         "agent.n_target_fractions", "must be an integer in [1, 1024]"),
     Case("lattice of terabytes", ["agent=rs_umdqn_c", "limits.lattice_nodes=100000000",
                                   "agent.integration_step=1e-7"],
          "agent.integration_step", "the UMNN lattice: "),
@@ -188,6 +211,13 @@ CASES = [
          "a positive integer"),
     Case("two devices", ["hardware.devices=2"], "hardware.devices", "1 (one device per run)"),
     Case("unknown precision", ["hardware.precision=8-true"], "hardware.precision", "one of "),
+    Case("float64 precision", ["hardware.precision=64-true"], "hardware.precision",
+         "must be one of 32-true, 16-mixed, bf16-mixed, got '64-true'", cli=True),
+    Case("MPS without MPS", ["hardware.accelerator=mps"], "hardware.accelerator",
+         "mps needs Apple's Metal (MPS) device, which this machine lacks", cli=True,
+         gpu_dependent=True),
+    Case("CUDA accelerator without a GPU", ["hardware.accelerator=cuda"], "hardware",
+         "no CUDA device", gpu_dependent=True),
     Case("unknown observation normalization", ["env.observation_normalization=zscore"],
          "env.observation_normalization", "one of "),
     Case("zero max_episode_steps", ["env.max_episode_steps=0"], "env.max_episode_steps",
@@ -270,6 +300,45 @@ CASES = [
     Case("unbounded continuous actions", ["env=gym", "env.id=tests.gym_test_envs:UnboundedActions-v0",
                                           "agent=tqc"], "env.id",
          "Box(-inf, inf, (1,), float32); supported: Discrete actions, or a 1-D Box with finite"),
+    Case("an action box of no dimension", ["env=gym", "env.id=tests.gym_test_envs:OddActions-v0",
+                                           "agent=tqc", "+env.kwargs.box=empty"], "env.id",
+         "(0,), float32); supported: Discrete actions, or a 1-D Box", cli=True),
+    Case("an action box fixed in one dimension", [
+        "env=gym", "env.id=tests.gym_test_envs:OddActions-v0", "agent=dsac",
+        "+env.kwargs.box=fixed"], "env.id", "(here: dimension 1 spans [0.5, 0.5]: nothing to "
+         "choose there)", cli=True),
+    Case("an action box of integers", ["env=gym", "env.id=tests.gym_test_envs:OddActions-v0",
+                                       "agent=tqc", "+env.kwargs.box=integer"], "env.id",
+         "(here: a Box of int64 numbers, which a continuous actor cannot give)"),
+    Case("an action box of integers for a discrete agent", [
+        "env=gym", "env.id=tests.gym_test_envs:OddActions-v0", "agent=dqn",
+        "+env.kwargs.box=integer"], "env.id", "a Box of int64 numbers"),
+    # the risky navigation world's arguments, its training ones named as such
+    Case("navigation negative step cost", ["env=risky_navigation", "agent=tqc",
+                                           "env.kwargs.step_cost=-0.1"],
+         "env.kwargs.step_cost", "step_cost must be a finite number >= 0 (a cost), got -0.1",
+         cli=True),
+    Case("navigation negative penalty", ["env=risky_navigation", "agent=dsac",
+                                         "env.kwargs.penalty=-2"],
+         "env.kwargs.penalty", "penalty must be a finite number >= 0"),
+    Case("navigation NaN shaping", ["env=risky_navigation", "agent=tqc",
+                                    "env.kwargs.shaping=nan"],
+         "env.kwargs.shaping", "shaping must be a finite number, got nan"),
+    Case("navigation infinite step cost", ["env=risky_navigation", "agent=tqc",
+                                           "env.kwargs.step_cost=inf"],
+         "env.kwargs.step_cost", "got inf"),
+    Case("navigation south edge -inf", ["env=risky_navigation", "agent=tqc",
+                                        "env.kwargs.south_edge=-inf"],
+         "env.kwargs.south_edge", "south_edge must be in [-2.5, -0.25]"),
+    Case("navigation training start unknown", ["env=risky_navigation", "agent=tqc",
+                                               "+env.training_kwargs.start=corner"],
+         "env.training_kwargs.start", "start must be one of origin, anywhere, mixed", cli=True),
+    Case("navigation training shaping infinite", ["env=risky_navigation", "agent=tqc",
+                                                  "+env.training_kwargs.shaping=-inf"],
+         "env.training_kwargs.shaping", "must be a finite number"),
+    Case("navigation training argument unknown", ["env=risky_navigation", "agent=tqc",
+                                                  "+env.training_kwargs.nope=1"],
+         "env.training_kwargs", "rejects these arguments"),
     Case("video observations", ["env=gym", "env.id=tests.gym_test_envs:Video-v0"], "env.id",
          "(2, 4, 4, 3), uint8); supported: a 1-D Box (fed to the network as it is), a 2-D or "
          "3-D Box (an image: network=cnn) or Discrete", cli=True),
@@ -424,7 +493,7 @@ def test_the_table_has_at_least_80_bad_inputs():
 
 
 def skip_if_gpu(case: Case) -> None:
-    if case.gpu_dependent and torch.cuda.is_available():
+    if case.gpu_dependent and (torch.cuda.is_available() or torch.backends.mps.is_available()):
         pytest.skip("this machine has a GPU: the option is valid here")
 
 
@@ -463,7 +532,9 @@ CLI_SLOW = {"zero batch size", "zero update ratio", "lr infinite", "reward_scale
             "seed 2^32", "return support of 1e30", "200000 environment copies",
             "objective unknown", "tiny integration step", "unknown env option",
             "continuous actions for a discrete agent", "discrete actions for an actor-critic",
-            "video observations"}
+            "video observations", "twenty thousand critics", "MPS without MPS",
+            "an action box of no dimension", "an action box fixed in one dimension",
+            "navigation negative step cost"}
 assert CLI_SLOW <= {c.id for c in CLI_CASES}
 
 

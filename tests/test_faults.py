@@ -504,6 +504,8 @@ ENVIRONMENT_FAULTS = [
     ("shape", "step() changed the observation shape from [2] to [3]"),
     ("four_tuple", "the old gym API"),
     ("raise", "step() raised RuntimeError: the simulator lost its connection"),
+    # raised by the restart of an ended episode, which the vector env's step() runs
+    ("raise_in_reset", "reset() raised RuntimeError: the simulator could not restart"),
 ]
 
 

@@ -156,7 +156,7 @@ def test_a_lower_south_edge_makes_the_north_way_the_shorter_one_off_the_start(co
     x, y = fenced((0.3, -1.1), (0.4, -1.1), kwargs.gate, south)
     assert (x, y) == (pytest.approx(0.35), -1.1) and not in_region(x, y, south)
     assert in_region(1.0, -1.1, south) and not in_region(1.0, -1.1)
-    with pytest.raises(ValueError, match="south_edge must be at most -0.25"):
+    with pytest.raises(ValueError, match=r"south_edge must be in \[-2.5, -0.25\]"):
         gym.make("rs_lightning/RiskyNavigation-v0", south_edge=-0.2)
     with pytest.raises(ValueError, match=r"gate must be in \(0, 0.5\]"):
         gym.make("rs_lightning/RiskyNavigation-v0", south_edge=-0.5, gate=0.6)

@@ -46,7 +46,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rs_lightning.agents.base import MISSING, Agent, AgentConfig, ChooseAction, mlp
+from rs_lightning.agents.base import (
+    ATOMS_WHY,
+    MAX_ATOMS,
+    MAX_CRITICS,
+    MISSING,
+    Agent,
+    AgentConfig,
+    ChooseAction,
+    check_count,
+    mlp,
+)
 from rs_lightning.agents.quantile_loss import (
     check_quantile_loss,
     huber_threshold,
@@ -108,6 +118,7 @@ class ActorCriticConfig(AgentConfig):
     """Settings shared by the actor-critics (values in ``conf/agent/<name>.yaml``);
     ``hidden_sizes``: the actor's and each critic's MLP."""
 
+    NETWORK_SIZES = ("hidden_sizes", "n_critics", "n_quantiles")
     n_critics: int = MISSING  # C
     n_quantiles: int = MISSING  # M per critic, at fractions (2i + 1) / (2M)
     kappa: Optional[float] = MISSING  # Huber threshold (null: share of the return support)
@@ -117,8 +128,12 @@ class ActorCriticConfig(AgentConfig):
     def check(self) -> None:
         super().check()
         check_quantile_loss(self.n_quantiles, self.kappa)
-        if self.n_critics < 1:
-            raise ValueError(f"agent.n_critics: must be a positive integer, got {self.n_critics}")
+        check_count("n_critics", self.n_critics, 1, MAX_CRITICS,
+                    "each critic is a network evaluated after the other")
+        if self.n_critics * self.n_quantiles > MAX_ATOMS:
+            raise ValueError(f"agent.n_quantiles: the critics' pooled atoms, n_critics x "
+                             f"n_quantiles = {self.n_critics} x {self.n_quantiles}, must be at "
+                             f"most {MAX_ATOMS} ({ATOMS_WHY}), got {self.n_quantiles}")
         if not (math.isfinite(self.initial_temperature) and self.initial_temperature > 0):
             raise ValueError(f"agent.initial_temperature: must be a positive number, got "
                              f"{self.initial_temperature}")

@@ -40,6 +40,37 @@ from rs_lightning.types import Problem, Transitions
 # (OmegaConf) reads this string as "required", and the YAML fills it.
 MISSING = "???"
 
+# Sizes past which a run would only allocate for minutes, then fail: refused in one line before
+# anything is built (the memory check, rs_lightning.engine.resources, weighs what they allow).
+MAX_LAYER_WIDTH = 65536  # units of one hidden layer
+MAX_HIDDEN_LAYERS = 64  # layers of one hidden_sizes list
+# Atoms of one law (atoms, quantiles, fractions, returns, cosine features): the losses compare
+# every pair of a batch's atoms, batch x N x N numbers.
+MAX_ATOMS = 1024
+ATOMS_WHY = "the losses compare every pair of atoms"
+MAX_CRITICS = 64  # an actor-critic's critics, each a network evaluated after the other
+
+
+def check_count(key: str, value: int, smallest: int, largest: int, why: str = "") -> None:
+    """ValueError ``"agent.key: must be ..."`` unless ``smallest <= value <= largest``."""
+    if not smallest <= value <= largest:
+        reason = f" ({why})" if why else ""
+        raise ValueError(f"agent.{key}: must be an integer in [{smallest}, {largest}]"
+                         f"{reason}, got {value}")
+
+
+def check_layer_sizes(key: str, sizes: List[int], allow_empty: bool = False) -> None:
+    """ValueError naming ``agent.key`` unless ``sizes`` is a list of at most
+    ``MAX_HIDDEN_LAYERS`` widths in [1, ``MAX_LAYER_WIDTH``] (empty only where allowed)."""
+    sizes = list(sizes)
+    if (not sizes and not allow_empty) or any(h <= 0 for h in sizes):
+        raise ValueError(f"agent.{key}: must be a {'' if allow_empty else 'non-empty '}list of "
+                         f"positive sizes, got {sizes}")
+    if len(sizes) > MAX_HIDDEN_LAYERS or any(h > MAX_LAYER_WIDTH for h in sizes):
+        shown = sizes if len(sizes) <= MAX_HIDDEN_LAYERS else f"{len(sizes)} layers"
+        raise ValueError(f"agent.{key}: must hold at most {MAX_HIDDEN_LAYERS} layers of at most "
+                         f"{MAX_LAYER_WIDTH} units each, got {shown}")
+
 
 class ChooseAction(Protocol):
     """The utility's argmax: a ``[B, A, K]`` return distribution -> the actions ``[B]`` that
@@ -84,6 +115,8 @@ class AgentConfig:
 
     # Fields the config check fills from other sections, absent from conf/agent/*.yaml.
     FILLED_BY_CHECK: ClassVar[tuple[str, ...]] = ("network",)
+    # The fields that size the networks (what the memory check tells a user to lower).
+    NETWORK_SIZES: ClassVar[tuple[str, ...]] = ("hidden_sizes",)
 
     @classmethod
     def yaml_fields(cls) -> set[str]:
@@ -92,11 +125,7 @@ class AgentConfig:
 
     def check(self) -> None:
         """Raise ``ValueError("key: what is allowed")`` for values out of range."""
-        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
-            raise ValueError(
-                f"agent.hidden_sizes: must be a non-empty list of positive sizes, got "
-                f"{list(self.hidden_sizes)}"
-            )
+        check_layer_sizes("hidden_sizes", self.hidden_sizes)
 
     def lattice_nodes(self, return_min: float, return_max: float) -> float:
         """Integration nodes per state the agent evaluates on this return support (0: it

@@ -23,6 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    ATOMS_WHY,
+    MAX_ATOMS,
+    check_count,
     MISSING,
     Agent,
     AgentConfig,
@@ -39,12 +42,12 @@ from rs_lightning.risk import ReturnDistribution
 class C51Config(AgentConfig):
     """C51 settings (values in ``conf/agent/c51.yaml``); ``hidden_sizes`` is the MLP torso."""
 
+    NETWORK_SIZES = ("hidden_sizes", "n_atoms")
     n_atoms: int = MISSING  # atoms evenly spaced on [return_min, return_max]
 
     def check(self) -> None:
         super().check()
-        if self.n_atoms < 2:
-            raise ValueError(f"agent.n_atoms: must be an integer >= 2, got {self.n_atoms}")
+        check_count("n_atoms", self.n_atoms, 2, MAX_ATOMS, ATOMS_WHY)
 
 
 def project_onto_atoms(values: Tensor, probs: Tensor, atoms: Tensor) -> Tensor:

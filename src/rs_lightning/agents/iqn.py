@@ -58,6 +58,10 @@ import torch
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import (
+    ATOMS_WHY,
+    MAX_ATOMS,
+    check_count,
+    check_layer_sizes,
     MISSING,
     Agent,
     AgentConfig,
@@ -90,6 +94,7 @@ class IQNConfig(AgentConfig):
     """IQN settings (values in ``conf/agent/iqn.yaml``). ``hidden_sizes``: the state embedding
     psi(s), obs_dim -> hidden_sizes (ReLU); the cosine embedding has the last one's width."""
 
+    NETWORK_SIZES = ("hidden_sizes", "head_hidden_sizes")
     head_hidden_sizes: List[int] = MISSING  # psi * phi -> head_hidden_sizes (ReLU) -> n_actions
     n_cosines: int = MISSING  # cosine features of tau
     n_fractions: int = MISSING  # N: fractions of Z(s, a) in the loss
@@ -101,15 +106,9 @@ class IQNConfig(AgentConfig):
 
     def check(self) -> None:
         super().check()
-        if any(h <= 0 for h in self.head_hidden_sizes):
-            raise ValueError(
-                f"agent.head_hidden_sizes: must be a list of positive sizes, got "
-                f"{list(self.head_hidden_sizes)}"
-            )
+        check_layer_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
         for key in ("n_cosines", "n_fractions", "n_target_fractions", "n_acting_fractions"):
-            value = getattr(self, key)
-            if value < 1:
-                raise ValueError(f"agent.{key}: must be a positive integer, got {value}")
+            check_count(key, getattr(self, key), 1, MAX_ATOMS, ATOMS_WHY)
         check_kappa(self.kappa)
         if self.risk_route not in RISK_ROUTES:
             raise ValueError(

@@ -40,6 +40,7 @@ from rs_lightning.risk import ReturnDistribution, from_quantiles
 class QRDQNConfig(AgentConfig):
     """QR-DQN settings (values in ``conf/agent/qr_dqn.yaml``); ``hidden_sizes``: the MLP."""
 
+    NETWORK_SIZES = ("hidden_sizes", "n_quantiles")
     n_quantiles: int = MISSING  # N, at fractions (2i + 1) / (2N)
     kappa: Optional[float] = MISSING  # Huber threshold (null: share of the return support)
 

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from rs_lightning.agents.base import ATOMS_WHY, MAX_ATOMS, check_count
 from rs_lightning.types import Problem
 
 
@@ -50,8 +51,7 @@ def huber_threshold(kappa: Optional[float], problem: Problem) -> float:
 
 def check_quantile_loss(n_quantiles: int, kappa: Optional[float]) -> None:
     """The settings of a fixed set of quantiles fitted by the quantile Huber loss."""
-    if n_quantiles < 1:
-        raise ValueError(f"agent.n_quantiles: must be a positive integer, got {n_quantiles}")
+    check_count("n_quantiles", n_quantiles, 1, MAX_ATOMS, ATOMS_WHY)
     check_kappa(kappa)
 
 

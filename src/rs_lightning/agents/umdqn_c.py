@@ -52,6 +52,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    ATOMS_WHY,
+    MAX_ATOMS,
+    check_count,
     MISSING,
     Agent,
     ChooseAction,
@@ -86,8 +89,7 @@ class UMDQNCConfig(UMNNConfig):
 
     def check(self) -> None:
         super().check()
-        if self.n_returns < 2:
-            raise ValueError(f"agent.n_returns: must be an integer >= 2, got {self.n_returns}")
+        check_count("n_returns", self.n_returns, 2, MAX_ATOMS, ATOMS_WHY)
         if self.return_grid not in RETURN_GRIDS:
             raise ValueError(
                 f"agent.return_grid: must be one of {', '.join(RETURN_GRIDS)}, "

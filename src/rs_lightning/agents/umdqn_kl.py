@@ -42,6 +42,9 @@ import torch
 from torch import Tensor
 
 from rs_lightning.agents.base import (
+    ATOMS_WHY,
+    MAX_ATOMS,
+    check_count,
     MISSING,
     Agent,
     ChooseAction,
@@ -72,8 +75,7 @@ class UMDQNKLConfig(UMNNConfig):
 
     def check(self) -> None:
         super().check()
-        if self.n_returns < 2:
-            raise ValueError(f"agent.n_returns: must be an integer >= 2, got {self.n_returns}")
+        check_count("n_returns", self.n_returns, 2, MAX_ATOMS, ATOMS_WHY)
         if not self.terminal_std > 0:
             raise ValueError(
                 f"agent.terminal_std: must be a positive float, got {self.terminal_std}"

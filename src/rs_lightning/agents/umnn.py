@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rs_lightning.agents.base import (
+    check_layer_sizes,
     MISSING,
     AgentConfig,
     Problem,
@@ -61,6 +62,7 @@ class UMNNConfig(AgentConfig):
     obs_dim -> hidden_sizes, the last layer without activation (authors' code).
     """
 
+    NETWORK_SIZES = ("hidden_sizes", "integrand_hidden_sizes", "conditioner_hidden_sizes")
     # Integrand f(z, h): (1 + embedding) -> integrand_hidden_sizes (ReLU) -> n_actions, ELU + 1.
     integrand_hidden_sizes: List[int] = MISSING
     # Conditioner on h: embedding -> conditioner_hidden_sizes (ReLU) -> 2 * n_actions.
@@ -71,11 +73,7 @@ class UMNNConfig(AgentConfig):
     def check(self) -> None:
         super().check()
         for key in ("integrand_hidden_sizes", "conditioner_hidden_sizes"):
-            sizes = getattr(self, key)
-            if not sizes or any(h <= 0 for h in sizes):
-                raise ValueError(
-                    f"agent.{key}: must be a non-empty list of positive sizes, got {list(sizes)}"
-                )
+            check_layer_sizes(key, getattr(self, key))
         if self.integration_rule not in INTEGRATION_RULES:
             raise ValueError(
                 f"agent.integration_rule: must be one of {', '.join(INTEGRATION_RULES)}, "

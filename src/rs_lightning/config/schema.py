@@ -244,7 +244,9 @@ def max_time_seconds(text: str) -> float:
 
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "64-true")
+# The agents, buffers, targets and risk measures compute in float32 (mixed precision runs its
+# matrix products in 16 bits within it): no float64 setting.
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 
 
 @dataclass
@@ -272,6 +274,9 @@ class HardwareSection:
                     "hardware", "a GPU option was chosen but this machine has no CUDA device; "
                     "use hardware=cpu"
                 )
+        if self.accelerator == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError("hardware.accelerator", "mps needs Apple's Metal (MPS) device, "
+                              "which this machine lacks; use hardware=cpu (or auto)")
 
 
 LOGGER_BACKENDS = ("wandb", "csv", "none")

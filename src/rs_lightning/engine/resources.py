@@ -156,8 +156,12 @@ def _check_within(estimates: dict[str, int], available: tuple[int, str] | None,
         return
     key, largest = max(estimates.items(), key=lambda item: item[1])
     members = run_config.train.parallel_seeds
+    lower = key
+    if key == "agent.hidden_sizes":  # the networks: every key that sizes them
+        sizes = [f"agent.{name}" for name in run_config.agent.NETWORK_SIZES]
+        lower = ", ".join(sizes[:-1]) + " or " + sizes[-1] if len(sizes) > 1 else sizes[0]
     raise ConfigError(
         key, f"the run needs about {human(total)} ({_WHAT[key]}: {human(largest)}"
         + (f" for parallel_seeds={members}" if members > 1 else "")
         + f"), more than limits.memory_fraction={fraction:g} of the {human(available[0])} "
-        f"available ({available[1]}), {human(limit)}; lower {key}")
+        f"available ({available[1]}), {human(limit)}; lower {lower}")

@@ -82,6 +82,19 @@ def _risk_outcomes(info: dict, ended: np.ndarray) -> np.ndarray:
 MAX_ABS_REWARD = 1e15
 
 
+def failed_method(error: BaseException) -> str | None:
+    """``"reset()"`` or ``"step()"``: the environment's method ``error`` was raised in (the
+    vector env's step() resets an ended copy itself), None where no environment's was."""
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if (code.co_name in ("reset", "step")
+                and isinstance(frame.tb_frame.f_locals.get("self"), gym.Env)):
+            return f"{code.co_name}()"
+        frame = frame.tb_next
+    return None
+
+
 class GymCopies:
     """Gymnasium environments in groups of ``SyncVectorEnv`` (same-step autoreset).
 
@@ -145,6 +158,7 @@ class GymCopies:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
             if isinstance(error, ValueError) and "expected 5, got 4" in first:
                 first += " (the old gym API's step() returns 4 values; gymnasium's 5)"
+            name = failed_method(error) or name
             raise EnvironmentFault(f"{self.env_id}: {name} raised {type(error).__name__}"
                                    + (f": {first}" if first else "")) from error
         if name == "step()" and not (isinstance(result, tuple) and len(result) == 5):

@@ -21,10 +21,11 @@ from rs_lightning.types import Problem
 _EXTRAS = {"Box2D": "box2d", "box2d": "box2d", "mujoco": "mujoco", "MuJoCo": "mujoco"}
 
 
-def make_env(config) -> gym.Env:
+def make_env(config, kwargs_key: str = "env.kwargs") -> gym.Env:
     """``gymnasium.make(config.id, **config.kwargs)`` adapted for the agents (one-hot Discrete
     observations, optional normalisation; see :mod:`rs_lightning.envs.gym_support`), with a
-    clear error for a bad id, a missing dependency or an unsupported space."""
+    clear error for a bad id, a missing dependency or an unsupported space. ``kwargs_key``:
+    the config key an error in the arguments names."""
 
     kwargs = dict(config.kwargs or {})
     max_episode_steps = getattr(config, "max_episode_steps", None)
@@ -41,9 +42,12 @@ def make_env(config) -> gym.Env:
             "env.id", f"{config.id!r} is not a registered gymnasium id ({error})"
         ) from None
     except TypeError as error:
-        raise ConfigError("env.kwargs", f"{config.id!r} rejects these arguments: {error}") from None
+        raise ConfigError(kwargs_key, f"{config.id!r} rejects these arguments: {error}") from None
     except ValueError as error:  # an environment's own check of its arguments
-        raise ConfigError("env.kwargs", f"{config.id!r}: {error}") from None
+        # "step_cost must be ...": named by its key where the message starts with one.
+        name = str(error).split(" ", 1)[0]
+        key = f"{kwargs_key}.{name}" if name in kwargs else kwargs_key
+        raise ConfigError(key, f"{config.id!r}: {error}") from None
     return adapt_spaces(env, config.id, getattr(config, "observation_normalization", "none"))
 
 
@@ -55,6 +59,14 @@ def training_env(config):
         return config
     return dataclasses.replace(config, kwargs={**(config.kwargs or {}), **extra},
                                training_kwargs={})
+
+
+def check_training_env(config) -> None:
+    """ConfigError naming ``env.training_kwargs`` where the environment refuses the arguments
+    the copies collecting experience are made with (``kwargs`` are checked by
+    :func:`env_problem`)."""
+    if getattr(config, "training_kwargs", None):
+        make_env(training_env(config), "env.training_kwargs").close()
 
 
 def _missing_dependency(env_id: str, error: Exception) -> str:

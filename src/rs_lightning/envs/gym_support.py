@@ -47,8 +47,9 @@ SUPPORTED_OBSERVATIONS = (
     "network=cnn) or Discrete (one-hot encoded); other spaces need a wrapper that flattens "
     "them or extracts features"
 )
-SUPPORTED_ACTIONS = ("supported: Discrete actions, or a 1-D Box with finite bounds (continuous "
-                     "actions, for agent=dsac or agent=tqc); multi-discrete actions are not")
+SUPPORTED_ACTIONS = ("supported: Discrete actions, or a 1-D Box with finite bounds, low < high "
+                     "in every dimension, of floats (continuous actions, for agent=dsac or "
+                     "agent=tqc); multi-discrete actions are not")
 
 
 class OneHotObservation(gym.ObservationWrapper):
@@ -162,11 +163,13 @@ def has_bounded_dimension(space: gym.spaces.Box) -> bool:
 def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "none") -> gym.Env:
     """``env`` wrapped for the agents, or ConfigError naming ``env.id`` and what is supported."""
     action_space = env.action_space
-    if not (isinstance(action_space, gym.spaces.Discrete) or is_continuous_box(action_space)):
+    unusable = (unusable_box(action_space) if isinstance(action_space, gym.spaces.Box)
+                else None if isinstance(action_space, gym.spaces.Discrete) else "")
+    if unusable is not None:
         env.close()
         raise ConfigError(
             "env.id", f"{env_id!r} has action space {action_space}; {SUPPORTED_ACTIONS}"
-        )
+            + (f" (here: {unusable})" if unusable else ""))
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and len(space.shape) in (2, 3):
         env = FlatImageObservation(env)
@@ -194,10 +197,24 @@ def adapt_spaces(env: gym.Env, env_id: str, observation_normalization: str = "no
     return env
 
 
-def is_continuous_box(space: gym.Space) -> bool:
-    """A 1-D Box of actions with finite bounds (what the actor-critics act in)."""
-    return (isinstance(space, gym.spaces.Box) and len(space.shape) == 1
-            and bool(np.isfinite(space.low).all() and np.isfinite(space.high).all()))
+def unusable_box(space: gym.spaces.Box) -> str | None:
+    """Why no actor can act in the action Box ``space``, or None where one can: the
+    actor-critics need a 1-D Box of floats with finite bounds, low < high in every dimension
+    (rescaled onto [-1, 1])."""
+    if len(space.shape) != 1:
+        return f"{len(space.shape)}-D"
+    if space.shape[0] == 0:
+        return "no dimension: there is nothing to choose"
+    if not np.issubdtype(space.dtype, np.floating):
+        return f"a Box of {space.dtype} numbers, which a continuous actor cannot give"
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        return "bounds that are not finite"
+    fixed = np.flatnonzero(~(space.low < space.high))
+    if fixed.size:
+        i = int(fixed[0])
+        return (f"dimension {i} spans [{space.low[i]:g}, {space.high[i]:g}]: nothing to choose "
+                "there")
+    return None
 
 
 # Environments an optional package registers when asked to (id prefix -> the package's module,

@@ -107,6 +107,28 @@ def fenced(old: tuple[float, float], new: tuple[float, float], gate: float,
     return x1, y1
 
 
+def check_world(strike_probability: float = 0.1, penalty: float = 0.8, step_cost: float = 0.1,
+                shaping: float = 1.0, gate: float | None = None,
+                south_edge: float = -REGION_HALF_HEIGHT) -> None:
+    """ValueError ``"name must be ..."`` for an argument no world takes: the route search
+    (:func:`least_cost_path`) needs costs that are finite and not negative (a negative one
+    makes cycles that pay), the rewards finite numbers."""
+    if not 0.0 <= strike_probability <= 1.0:
+        raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
+    for name, value in (("penalty", penalty), ("step_cost", step_cost)):
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0 (a cost), got {value}")
+    if not math.isfinite(shaping):
+        raise ValueError(f"shaping must be a finite number, got {shaping}")
+    if not ARENA[1][0] <= south_edge <= -GOAL_HALF_WIDTH - SPEED:
+        raise ValueError(f"south_edge must be in [{ARENA[1][0]:g}, {-GOAL_HALF_WIDTH - SPEED:g}] "
+                         f"(within the arena, the region spanning the start's row), got "
+                         f"{south_edge}")
+    if gate is not None and not 0.0 < gate <= min(REGION_HALF_HEIGHT, -south_edge):
+        raise ValueError(f"gate must be in (0, {min(REGION_HALF_HEIGHT, -south_edge):g}] "
+                         f"or None, got {gate}")
+
+
 def goal_distance(x: float, y: float) -> float:
     """Euclidean distance from (x, y) to the goal square (0 on it)."""
     dx = max(abs(x - GOAL[0]) - GOAL_HALF_WIDTH, 0.0)
@@ -138,16 +160,9 @@ class RiskyNavigation(gym.Env):
     def __init__(self, strike_probability: float = 0.1, penalty: float = 0.8,
                  step_cost: float = 0.1, shaping: float = 1.0, start: str = "origin",
                  gate: float | None = None, south_edge: float = -REGION_HALF_HEIGHT) -> None:
-        if not 0.0 <= strike_probability <= 1.0:
-            raise ValueError(f"strike_probability must be in [0, 1], got {strike_probability}")
+        check_world(strike_probability, penalty, step_cost, shaping, gate, south_edge)
         if start not in STARTS:
             raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
-        if not south_edge <= -GOAL_HALF_WIDTH - SPEED:
-            raise ValueError(f"south_edge must be at most {-GOAL_HALF_WIDTH - SPEED:g} (the "
-                             f"region spans the start's row), got {south_edge}")
-        if gate is not None and not 0.0 < gate <= min(REGION_HALF_HEIGHT, -south_edge):
-            raise ValueError(f"gate must be in (0, {min(REGION_HALF_HEIGHT, -south_edge):g}] "
-                             f"or None, got {gate}")
         self.south_edge = float(south_edge)
         self.start = start
         self.strike_probability = float(strike_probability)
@@ -259,6 +274,7 @@ def route_paths(strike_probability: float = 0.1, penalty: float = 0.8, step_cost
     least expected cost: a step costs ``step_cost``, a step in the region
     ``strike_probability`` x ``penalty`` more), and ``"around"``, the shortest path that
     never enters the region (the same with and without the fences)."""
+    check_world(strike_probability, penalty, step_cost, gate=gate, south_edge=south_edge)
     return {"crossing": least_cost_path(step_cost, strike_probability * penalty, gate,
                                         south_edge),
             "around": least_cost_path(step_cost, None, gate, south_edge)}
