@@ -20,13 +20,28 @@ def test_the_site_builds_strictly(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
     assert result.returncode == 0, result.stderr[-3000:]
-    guides = ("paper", "risk-measures", "agents", "conditioning", "objectives", "environments",
-              "scaling", "resume", "reports", "search", "security")
+    guides = ("paper", "risk-measures", "conditioning", "objectives", "environments",
+              "continuous", "scaling", "resume", "reports", "search", "security")
     for page in ("index.html", "api/index.html", "reference/config/index.html",
                  "reference/cli/index.html", "reference/run-folder/index.html",
                  "changelog/index.html", "getting-started/index.html", "results/index.html",
-                 "extending/index.html", *(f"guides/{name}/index.html" for name in guides)):
+                 "extending/index.html", "algorithms/index.html", "algorithms/iqn/index.html",
+                 "tutorials/first-agent/index.html", "concepts/utility/index.html",
+                 "research/index.html", *(f"guides/{name}/index.html" for name in guides)):
         assert (tmp_path / page).is_file(), page
+    # Formulas render offline: KaTeX and its fonts are served by the site itself, and no
+    # page asks for a script, a style sheet or a font from elsewhere.
+    assert (tmp_path / "javascripts" / "katex" / "katex.min.js").is_file()
+    assert list((tmp_path / "javascripts" / "katex" / "fonts").glob("KaTeX_Main-Regular.*"))
+    import re
+    for html in tmp_path.rglob("*.html"):
+        text = html.read_text()
+        assert not re.search(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//', text), html
+        assert not re.search(r":(?:meth|func|class|mod|attr):`", text), html  # reST leaking
+    iqn = (tmp_path / "algorithms" / "iqn" / "index.html").read_text()
+    assert 'class="arithmatex"' in iqn and "katex.min.js" in iqn
+    config = (tmp_path / "reference" / "config" / "index.html").read_text()
+    assert "&lt;run&gt;/seed_&lt;s&gt;/" in config  # a placeholder, not a tag
     assert not (tmp_path / "tables").exists()  # included into pages, not pages of their own
     results = (tmp_path / "results" / "index.html").read_text()
     assert "--8&lt;--" not in results and "RiskyGridWorld-v0" in results  # tables included
@@ -56,9 +71,14 @@ def is_quick(command: str) -> bool:
 
 QUICK_PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md"))
                if any(is_quick(command) for _, command in shell_commands(page))]
+# An algorithm page's quick command trains its agent for seconds, as tests/test_agents.py
+# already does for every agent: in the slow suite, so that the default one stays short.
+QUICK_PARAMS = [pytest.param(page, marks=pytest.mark.slow)
+                if page.parent.name == "algorithms" and page.name != "index.md" else page
+                for page in QUICK_PAGES]
 
 
-@pytest.mark.parametrize("page", QUICK_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("page", QUICK_PARAMS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_the_quick_commands_of_a_page_run_and_write_their_files(page, tmp_path):
     """Each command that trains with debug=quick runs into a folder of its own (a run's
     eval.json, a sweep's jobs); a later command of the same block that names a folder by a
