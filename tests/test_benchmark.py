@@ -46,6 +46,31 @@ def test_a_known_gap_gives_a_known_score():
     assert normalised_score(-3.0, -1.0, -3.0) == 0.0 and normalised_score(-1.0, -1.0, -3.0) == 1.0
 
 
+def test_a_target_known_to_an_interval_gives_the_interval_of_the_score():
+    """U* in [-1, -0.5] (a policy attains -1), U_rand exact -3, U = -2 exact: the score
+    lies in [(−2 + 3) / (−0.5 + 3), (−2 + 3) / (−1 + 3)] = [0.4, 0.5]; an estimate without an
+    error bound has no interval, and the leaderboard says which figure is which."""
+    row = {"job": "1/seed_0", "exact_static_utility": -2.0, "exact_static_utility_kind": "exact",
+           "per_decision_static_utility": -1.0, "per_decision_static_utility_kind": "interval",
+           "per_decision_static_utility_upper": -0.5}
+    run = score_run(row, config(), random=-3.0, worlds=WORLDS)
+    assert run.score == pytest.approx(0.5) and not run.exact
+    assert run.score_interval == pytest.approx((0.4, 0.5))
+    # U_rand an estimate within 0.5: the worst corners move both ends
+    rough = score_run(row, config(), -3.0, WORLDS, random_reference=(-3.5, -2.5, "estimate"))
+    low, high = rough.score_interval
+    assert low == pytest.approx(0.5 / 2.0) and high == pytest.approx(1.5 / 2.5)
+    unbounded = dict(row, exact_static_utility_kind="estimate")
+    assert score_run(unbounded, config(), -3.0, WORLDS).score_interval is None
+    exact = dict(row, per_decision_static_utility_kind="exact")
+    exact_run = score_run(exact, config(), -3.0, WORLDS)
+    assert exact_run.exact and exact_run.score_interval == pytest.approx((0.5, 0.5))
+    summary, = summarize([run, exact_run])
+    assert summary.world_bounds["two_stage"][0] < summary.world_bounds["two_stage"][1]
+    markdown = benchmark.to_markdown([summary], [run], [])
+    assert "interval: [-1, -0.5]" in markdown and "-3 (exact)" in markdown
+
+
 def test_runs_without_references_say_why():
     assert "no per_decision_static_utility" in score_run(
         {"job": "j", "exact_static_utility": 1.0}, config(), -3.0, WORLDS)

@@ -26,6 +26,18 @@ same utility (alpha, measure, level) of the episode's discounted return from the
   of the return so far can beat; with VaR on a tabular world the best policy found, a
   lower bound).
 
+**What each figure is.** On the paper's grid worlds and on the finite-horizon tabular
+worlds (trading, the American put) the laws are exact, and so are the targets, except the
+static VaR optimum on trading: an interval whose lower end a policy attains (the score uses
+it) and whose upper end weak duality gives. On the other tabular worlds (cliff walking) the
+figures are estimates on a grid, with an error bound where one is known. ``eval.json`` says
+which (``<key>_kind``, ``<key>_upper``, ``<key>_error``: TARGET_KINDS); a run whose figures
+are not all exact gets the interval of its score (:attr:`RunScore.score_interval`), and the
+leaderboard gives the IQM of the lowest and highest possible scores beside the IQM, and a
+table of the targets and their kinds. The tabular worlds' references are recomputed when
+the runs are scored (a per-decision run's policy is ``eval.json``'s ``greedy_actions``), so
+``rs-lightning benchmark --score`` of an old sweep scores it against the current references.
+
 Per method (agent x measure x objective) the interquartile mean of the scores over worlds x
 seeds, with a stratified bootstrap interval (each world's seeds resampled within it,
 :func:`rs_lightning.analysis.stats.stratified_estimate`) once every world has at least
@@ -75,6 +87,12 @@ SCORED_KEYS = {
     "per_decision": ("exact_static_utility", "per_decision_static_utility"),
     "static": ("mc_static_utility", "static_optimum"),
 }
+# What a reference figure is (eval.json's <key>_kind, references/tabular_references.py):
+# exact; an interval (<key> the lower end, attained by a policy, <key>_upper the upper);
+# an estimate (<key>_error bounds its error where known). Figures without a kind are exact
+# (the paper's grid worlds). A static run's U is sampled: MONTE_CARLO.
+TARGET_KINDS = ("exact", "interval", "estimate")
+MONTE_CARLO = "monte carlo"
 # A world whose target is within this of the random policy's utility ranks nothing.
 MIN_SPAN = 1e-9
 # Thresholds of the performance profiles: the share of runs scoring at least tau.
@@ -107,6 +125,17 @@ class RunScore(Run):
     target: float  # U*: the per-decision fixed point's, or the static optimum
     random: float  # U of the uniform-random policy
     utility_stderr: Optional[float]  # Monte Carlo standard error of U (static runs)
+    # What each figure is (TARGET_KINDS) and the interval that holds its true value (a point
+    # where exact; an estimate's ends are its error bound, None where none is known).
+    target_kind: str = "exact"
+    target_low: Optional[float] = None
+    target_high: Optional[float] = None
+    utility_kind: str = "exact"
+    utility_low: Optional[float] = None
+    utility_high: Optional[float] = None
+    random_kind: str = "exact"
+    random_low: Optional[float] = None
+    random_high: Optional[float] = None
 
     @property
     def gap(self) -> float:
@@ -116,6 +145,28 @@ class RunScore(Run):
     @property
     def score(self) -> float:
         return normalised_score(self.utility, self.target, self.random)
+
+    @property
+    def exact(self) -> bool:
+        """Whether U*, U_rand and U (where computed, not sampled) are all exact."""
+        return self.target_kind == self.random_kind == "exact" and self.utility_kind in (
+            "exact", MONTE_CARLO)
+
+    @property
+    def score_interval(self) -> Optional[tuple[float, float]]:
+        """The scores the true U*, U_rand and U (each in its interval) allow; None where an
+        estimate has no error bound. The score is monotone in each of the three while
+        U* > U_rand, so the ends are at corners of the box."""
+        ends = [(self.utility_low, self.utility_high), (self.target_low, self.target_high),
+                (self.random_low, self.random_high)]
+        if any(low is None or high is None or not math.isfinite(low + high)
+               for low, high in ends):
+            return None
+        corners = [normalised_score(u, t, r) for u in ends[0] for t in ends[1]
+                   for r in ends[2] if t - r > MIN_SPAN]
+        if len(corners) < 8:
+            return None
+        return min(corners), max(corners)
 
 
 def normalised_score(utility: float, target: float, random: float) -> float:
@@ -182,12 +233,13 @@ def measure_label(config: dict[str, Any]) -> str:
 
 
 class RandomReferences:
-    """The uniform-random policy's exact utility, once per world setting and utility."""
+    """The uniform-random policy's utility, once per world setting and utility, and the
+    world's references as the current code computes them (:meth:`refreshed`)."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, Optional[float]] = {}
+        self._cache: dict[str, Any] = {}
 
-    def __call__(self, config: dict[str, Any]) -> Optional[float]:
+    def _references(self, config: dict[str, Any]):
         from omegaconf import OmegaConf
 
         from rs_lightning.config.schema import utility_from
@@ -199,8 +251,32 @@ class RandomReferences:
             utility = utility_from(config["risk"], float(config["alpha"]))
             rho = float(config["risk"].get("rho", 0.1))
             references = exact_references(OmegaConf.create(config["env"]), rho)
-            self._cache[key] = references.uniform_random_utility(utility)
+            self._cache[key] = (references, utility, {})
         return self._cache[key]
+
+    def __call__(self, config: dict[str, Any]) -> Optional[float]:
+        return self.reference(config)[0]
+
+    def reference(self, config: dict[str, Any]) -> tuple[Optional[float], float, float, str]:
+        """(U_rand, its interval's two ends, its kind)."""
+        references, utility, found = self._references(config)
+        if "random" not in found:
+            found["random"] = references.uniform_random_reference(utility)
+        return found["random"]
+
+    def refreshed(self, row: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with its references recomputed by the current reference code, on the
+        tabular worlds (their laws exact or bounded since eval.json was written): the
+        policy-free ones, and with ``greedy_actions`` (a policy of the state) its own."""
+        references, utility, found = self._references(config)
+        if not hasattr(references, "model"):
+            return row
+        actions = row.get("greedy_actions")
+        key = "policy-free" if actions is None else tuple(actions)
+        if key not in found:
+            found[key] = (references.static_references(utility) if actions is None else
+                          references.stored_policy_references(actions, utility))
+        return {**row, **found[key]}
 
 
 def run_objective(row: dict[str, Any], config: dict[str, Any]) -> str:
@@ -219,9 +295,23 @@ def run_identity(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, 
                 seed=int(row.get("seed", config.get("seed", 0))))
 
 
+def reference_interval(row: dict[str, Any], key: str) -> tuple[str, Optional[float],
+                                                                Optional[float]]:
+    """A reference figure's kind and the interval of its true value (TARGET_KINDS)."""
+    value, kind = float(row[key]), str(row.get(f"{key}_kind", "exact"))
+    if kind == "interval":
+        return kind, value, float(row[f"{key}_upper"])
+    if kind == "estimate":
+        error = row.get(f"{key}_error")
+        return (kind, None, None) if error is None else (kind, value - error, value + error)
+    return kind, value, value
+
+
 def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[float],
-              worlds: dict[str, str]) -> RunScore | str:
-    """The run's score, or why it has none (one line)."""
+              worlds: dict[str, str],
+              random_reference: Optional[tuple[float, float, str]] = None) -> RunScore | str:
+    """The run's score, or why it has none (one line); ``random_reference``: the interval
+    of U_rand's true value and its kind (default: ``random`` exact)."""
     objective = run_objective(row, config)
     if objective not in SCORED_KEYS:
         return f"objective {objective!r} has no exact target (scored: {', '.join(SCORED_KEYS)})"
@@ -236,9 +326,19 @@ def score_run(row: dict[str, Any], config: dict[str, Any], random: Optional[floa
         return (f"its target U*={target:.4g} is not above the random policy's {random:.4g}: "
                 "the world ranks nothing with this utility")
     stderr = row.get("mc_static_utility_stderr") if objective == "static" else None
+    target_kind, target_low, target_high = reference_interval(row, target_key)
+    if objective == "static":  # sampled: its standard error is in utility_stderr
+        utility_kind, utility_low, utility_high = MONTE_CARLO, utility, utility
+    else:
+        utility_kind, utility_low, utility_high = reference_interval(row, own_key)
+    random_low, random_high, random_kind = random_reference or (random, random, "exact")
     return RunScore(**run_identity(row, config, worlds), utility=utility, target=target,
                     random=float(random),
-                    utility_stderr=None if stderr is None else float(stderr))
+                    utility_stderr=None if stderr is None else float(stderr),
+                    target_kind=target_kind, target_low=target_low, target_high=target_high,
+                    utility_kind=utility_kind, utility_low=utility_low,
+                    utility_high=utility_high, random_kind=random_kind,
+                    random_low=random_low, random_high=random_high)
 
 
 def monte_carlo_run(row: dict[str, Any], config: dict[str, Any], worlds: dict[str, str]
@@ -282,8 +382,14 @@ def collect_runs(*sweep_dirs: Path) -> CollectedRuns:
                 collected.left_out.append(f"{row['job']}: no config.yaml")
                 continue
             random = random_of(config)
-            scored = (score_run(row, config, random, worlds) if random is not None
-                      else monte_carlo_run(row, config, worlds))
+            if random is not None:
+                value, low, high, kind = random_of.reference(config)
+                if value != random:  # a value from elsewhere: a point
+                    low, high, kind = random, random, "exact"
+                scored = score_run(random_of.refreshed(row, config), config, random, worlds,
+                                   (low, high, kind))
+            else:
+                scored = monte_carlo_run(row, config, worlds)
             if isinstance(scored, str):
                 collected.left_out.append(f"{row['job']}: {scored}")
             elif isinstance(scored, RunScore):
@@ -305,6 +411,11 @@ class MethodSummary:
     estimate: Estimate  # IQM of the scores over worlds x seeds, interval or range
     above_target: int  # runs scoring above 1 (per-decision: not the fixed point)
     world_iqm: dict[str, float]  # each world's IQM over its seeds
+    # Where a figure is not exact: the IQM of the runs' lowest and highest possible scores
+    # (the IQM is monotone in every run's score, so the true IQM lies between); None where
+    # every figure is exact, (nan, nan) where an estimate has no error bound.
+    bounds: Optional[tuple[float, float]] = None
+    world_bounds: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def interval_label(self) -> str:
@@ -327,16 +438,44 @@ def summarize(scores: Iterable[RunScore], seed: int = 0) -> list[MethodSummary]:
     for run in sorted(scores, key=lambda r: (r.method, r.world, r.seed)):
         by_method[run.method][run.world].append(run.score)
         above[run.method] += run.score > 1.0 + 1e-9
+    runs_of: dict[tuple, dict[str, list[RunScore]]] = defaultdict(lambda: defaultdict(list))
+    for run in scores:
+        runs_of[run.method][run.world].append(run)
     summaries = []
     for (agent, measure, objective), worlds in by_method.items():
         tasks = list(worlds.values())
         estimate = stratified_estimate(tasks, seed=seed)
+        world_bounds = {world: score_bounds(runs)
+                        for world, runs in runs_of[(agent, measure, objective)].items()
+                        if not all(run.exact for run in runs)}
+        every_run = [run for runs in runs_of[(agent, measure, objective)].values()
+                     for run in runs]
         summaries.append(MethodSummary(
             agent, measure, objective, worlds=len(tasks), runs=sum(map(len, tasks)),
             fewest_seeds=min(map(len, tasks)), estimate=estimate,
             above_target=above[(agent, measure, objective)],
-            world_iqm={world: float(interquartile_mean(v)) for world, v in worlds.items()}))
+            world_iqm={world: float(interquartile_mean(v)) for world, v in worlds.items()},
+            bounds=score_bounds(every_run) if world_bounds else None,
+            world_bounds=world_bounds))
     return sorted(summaries, key=lambda m: (-m.estimate.iqm, m.agent, m.measure, m.objective))
+
+
+def score_bounds(runs: list[RunScore]) -> tuple[float, float]:
+    """The IQM of the runs' lowest and of their highest possible scores (nan where a run's
+    score has no bound)."""
+    intervals = [run.score_interval for run in runs]
+    if any(interval is None for interval in intervals):
+        return math.nan, math.nan
+    return (float(interquartile_mean([low for low, _ in intervals])),
+            float(interquartile_mean([high for _, high in intervals])))
+
+
+def _bounds_text(bounds: Optional[tuple[float, float]]) -> str:
+    if bounds is None:
+        return "exact"
+    if not all(map(math.isfinite, bounds)):
+        return "estimate, no bound"
+    return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
 
 def performance_profile(scores: Iterable[RunScore], taus: np.ndarray
@@ -410,34 +549,67 @@ def to_markdown(summaries: list[MethodSummary], scores: list[RunScore],
         f"{CONFIDENCE:.0%} stratified bootstrap CI only where every world has at least "
         f"{MIN_SEEDS_FOR_INTERVAL} seeds, else the range of the runs' scores "
         "(docs/results/benchmark.md).", "",
+        "Where a target or the random policy's utility is an interval or an estimate "
+        "(Targets, below), a run's true score is only known to lie between two ends: "
+        "`score bounds` is the IQM of the runs' lowest and of their highest possible "
+        "scores (`exact` where every figure is).", "",
         "| rank | agent | measure | objective | worlds | runs | IQM score | interval | "
-        "interval is | runs > 1 |",
-        "|---:|---|---|---|---:|---:|---:|---|---|---:|",
+        "interval is | score bounds | runs > 1 |",
+        "|---:|---|---|---|---:|---:|---:|---|---|---|---:|",
     ]
     for rank, m in enumerate(summaries, 1):
         e = m.estimate
         lines.append(f"| {rank} | {m.agent} | {m.measure} | {m.objective} | {m.worlds} | "
                      f"{m.runs} | {e.iqm:.3f} | [{e.low:.3f}, {e.high:.3f}] | "
-                     f"{m.interval_label} | {m.above_target} |")
+                     f"{m.interval_label} | {_bounds_text(m.bounds)} | {m.above_target} |")
     lines += ["", "## Per world (IQM of the seeds' scores)", "",
+              "A cell whose figures are not all exact also gives the IQM of the lowest and "
+              "highest possible scores.", "",
               "| method | " + " | ".join(worlds) + " |",
               "|---|" + "---:|" * len(worlds)]
     for m in summaries:
-        cells = [f"{m.world_iqm[w]:.3f}" if w in m.world_iqm else "—" for w in worlds]
+        cells = [(f"{m.world_iqm[w]:.3f}" + (f" {_bounds_text(m.world_bounds[w])}"
+                                             if w in m.world_bounds else ""))
+                 if w in m.world_iqm else "—" for w in worlds]
         lines.append(f"| {_method_name(m.agent, m.measure, m.objective)} | "
                      + " | ".join(cells) + " |")
+    lines += ["", "## Targets", "", targets_markdown(scores)]
     notes = ["runs > 1: runs scoring above their target; with per_decision, a greedy policy "
              "whose start utility beats the fixed point's is not the per-decision solution.",
              "static: U is the Monte Carlo estimate of the learned policy's static utility "
              "(its standard error per run in scores.csv), so a run at the optimum scores 1 "
              "give or take that error; U* is the optimum over cell-Markov policies on the "
-             "paper's grid worlds (a policy of the return so far can beat it) and, with VaR "
-             "or a spectral measure of two levels on a tabular world, the best policy found "
-             "by a search (a lower bound)."]
+             "paper's grid worlds (a policy of the return so far can beat it); on a tabular "
+             "world where it is an interval, U* is its lower end (a policy attains it)."]
     if left_out:
         notes.append(f"{len(left_out)} run(s) left out: " + "; ".join(left_out))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
+
+
+def targets_markdown(scores: list[RunScore]) -> str:
+    """What each world's targets are: per world, measure and objective, U* and U_rand with
+    their kind and, where not exact, the interval that holds the true value."""
+    def cell(value: float, kind: str, low: Optional[float], high: Optional[float]) -> str:
+        if kind == "exact":
+            return f"{value:.6g} (exact)"
+        if low is None or high is None or not math.isfinite(low + high):
+            return f"{value:.6g} ({kind}, no bound)"
+        return f"{value:.6g} ({kind}: [{low:.6g}, {high:.6g}])"
+
+    rows = {}
+    for run in sorted(scores, key=lambda r: (r.world, r.measure, r.objective)):
+        rows.setdefault((run.world, run.measure, run.objective), run)
+    lines = ["Every target is exact (to float precision), an interval (its lower end attained "
+             "by a policy; the score uses it) or an estimate (on a grid; its error bound "
+             "where known). The per-decision target is the fixed point reached by policy "
+             "iteration from the expectation-optimal policy.", "",
+             "| world | measure | objective | U* | U_rand |", "|---|---|---|---|---|"]
+    for (world, measure, objective), run in rows.items():
+        lines.append(f"| {world} | {measure} | {objective} | "
+                     f"{cell(run.target, run.target_kind, run.target_low, run.target_high)} | "
+                     f"{cell(run.random, run.random_kind, run.random_low, run.random_high)} |")
+    return "\n".join(lines)
 
 
 def monte_carlo_markdown(summaries: list[MonteCarloSummary]) -> str:
@@ -482,8 +654,9 @@ def leaderboard_csv(summaries: list[MethodSummary]) -> str:
 
 def scores_csv(scores: list[RunScore]) -> str:
     fields = [field.name for field in dataclasses.fields(RunScore)]
-    return _csv(fields + ["gap", "score"],
-                ([*asdict(run).values(), run.gap, run.score] for run in scores))
+    return _csv(fields + ["gap", "score", "score_low", "score_high"],
+                ([*asdict(run).values(), run.gap, run.score,
+                  *(run.score_interval or (None, None))] for run in scores))
 
 
 def monte_carlo_csv(runs: list[MonteCarloRun]) -> str:

@@ -81,6 +81,13 @@ class ExactReferences:
         exactly (None where the world has no references)."""
         return None
 
+    def uniform_random_reference(self, utility: Utility
+                                 ) -> tuple[Optional[float], float, float, str]:
+        """(U_rand, the two ends of the interval that holds its true value, its kind:
+        ``exact``, ``interval`` or ``estimate``)."""
+        value = self.uniform_random_utility(utility)
+        return value, value, value, "exact"
+
 
 class GridWorldReferences(ExactReferences):
     """The paper's grid worlds: every fixed policy's return is an exact Gaussian mixture
@@ -163,6 +170,16 @@ class TabularReferences(ExactReferences):
 
     def uniform_random_utility(self, utility: Utility) -> Optional[float]:
         return tabular_references.uniform_random_utility(self.model, utility, self.gamma)
+
+    def uniform_random_reference(self, utility: Utility
+                                 ) -> tuple[Optional[float], float, float, str]:
+        return tabular_references.uniform_random_reference(self.model, utility, self.gamma)
+
+    def stored_policy_references(self, actions, utility: Utility) -> dict[str, Any]:
+        """:meth:`objective_references` of a policy stored as one action a state
+        (``eval.json``'s ``greedy_actions``)."""
+        return tabular_references.references(self.model, np.asarray(actions, dtype=np.int64),
+                                             utility, self.gamma)
 
 
 def exact_references(env_config, rho: float) -> ExactReferences:

@@ -476,6 +476,20 @@ def uniform_random_utility(model: TabularModel, utility: Utility, gamma: float) 
     return static_utility(random_model, np.zeros(n_states, dtype=np.int64), utility, gamma)
 
 
+def uniform_random_reference(model: TabularModel, utility: Utility, gamma: float
+                             ) -> tuple[float, float, float, str]:
+    """:func:`uniform_random_utility` with the interval that holds its true value and its
+    kind: exact where :func:`is_exact`, else an estimate within the grid's error bound."""
+    value = uniform_random_utility(model, utility, gamma)
+    fields = _estimate_fields("random", model, utility, gamma)
+    error = fields.get("random_error")
+    if fields["random_kind"] == EXACT:
+        return value, value, value, EXACT
+    if error is None:
+        return value, -math.inf, math.inf, ESTIMATE
+    return value, value - error, value + error, ESTIMATE
+
+
 # --------------------------------------------------------------------------- per-decision
 
 
@@ -989,5 +1003,6 @@ __all__ = [
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
-    "static_optimum", "static_spectral_optimum", "static_utility", "static_var_optimum", "tabular_model", "uniform_random_utility",
+    "static_optimum", "static_spectral_optimum", "static_utility", "static_var_optimum",
+    "tabular_model", "uniform_random_reference", "uniform_random_utility",
 ]
