@@ -23,6 +23,7 @@ from rs_lightning.engine.build import AtomicCheckpointIO
 from rs_lightning.engine.checkpoints import (
     DATAMODULE,
     UnsafeCheckpoint,
+    newest_checkpoint,
     read_checkpoint,
 )
 from rs_lightning.envs.copies import GymCopies
@@ -233,9 +234,7 @@ def test_poisoned_checkpoints_are_refused_unread(gym_run, tmp_path):
     marker = tmp_path / "marker"
     for what, path in poisoned_files(gym_run / "checkpoints" / "last.ckpt", marker,
                                      tmp_path / "files").items():
-        # Protocol 4 reads as damaged bytes (refused too; a run folder skips it).
-        kind = ConfigError if what.endswith("protocol 4") else UnsafeCheckpoint
-        with pytest.raises(kind) as refused:
+        with pytest.raises(UnsafeCheckpoint) as refused:
             read_checkpoint(path)
         assert str(path) in str(refused.value), what
         if what == "whole file pickled":
@@ -247,8 +246,10 @@ def test_poisoned_checkpoints_are_refused_unread(gym_run, tmp_path):
         assert not marker.exists(), what
 
 
-@pytest.mark.parametrize("what", ["bytes in the env copies", "whole file pickled"])
-@pytest.mark.parametrize("how", ["ckpt_path", "in the run folder"])
+@pytest.mark.parametrize("what, how", [
+    ("bytes in the env copies", "ckpt_path"), ("whole file pickled", "ckpt_path"),
+    ("bytes in the env copies", "in the run folder"), ("whole file pickled", "in the run folder"),
+    ("whole file pickled, protocol 4", "in the run folder")])
 def test_a_poisoned_checkpoint_stops_the_command_in_one_line(gym_run, tmp_path, what, how):
     marker = tmp_path / "marker"
     poisoned = poisoned_files(gym_run / "checkpoints" / "last.ckpt", marker, tmp_path / "files")[what]
@@ -265,6 +266,48 @@ def test_a_poisoned_checkpoint_stops_the_command_in_one_line(gym_run, tmp_path, 
     assert line.startswith("Error in config: ") and ("refused" in line or "raw bytes" in line), line
     assert not marker.exists()
     assert not (run_dir / "eval.json").exists()
+
+
+def stranger_files(folder: Path) -> dict[str, Path]:
+    """Files that are no checkpoint of a run but load without running code: whole pickles of
+    plain data, torch's legacy format, a torch archive of something else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"state_dict": {}, "rs_lightning": {"agent": "dqn"}, "global_step": 99}
+    files = {f"pickle, protocol {p}": folder / f"plain{p}.ckpt" for p in (0, 2, 5)}
+    for protocol, path in zip((0, 2, 5), files.values()):
+        path.write_bytes(pickle.dumps(data, protocol=protocol))
+    files["torch's legacy format"] = folder / "legacy.ckpt"
+    torch.save({"x": torch.ones(2)}, files["torch's legacy format"],
+               _use_new_zipfile_serialization=False)
+    files["a torch archive of something else"] = folder / "other.ckpt"
+    torch.save({"x": torch.ones(2)}, files["a torch archive of something else"])
+    return files
+
+
+def test_a_file_put_in_a_run_folders_checkpoints_is_refused_damage_skipped(gym_run, tmp_path):
+    """What a kill or a full disk can leave (a truncated file, torn bytes) is skipped for the
+    checkpoint before it; what someone put there (a whole pickle, another program's file)
+    refuses the folder, whatever the file holds."""
+    good = gym_run / "checkpoints" / "last.ckpt"
+    marker = tmp_path / "marker"
+    put = {**stranger_files(tmp_path / "files"),
+           **poisoned_files(good, marker, tmp_path / "poisoned")}
+    run_dir = tmp_path / "run"
+    shutil.copytree(gym_run, run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    for what, path in put.items():
+        shutil.copy(path, last)
+        with pytest.raises(UnsafeCheckpoint) as refused:
+            newest_checkpoint(run_dir)
+        assert str(last) in str(refused.value), what
+    damaged = {"truncated": good.read_bytes()[: good.stat().st_size // 2],
+               "torn": good.read_bytes()[:100] + bytes(200) + good.read_bytes()[300:],
+               "empty": b"", "random bytes": np.random.default_rng(0).bytes(4096)}
+    for what, content in damaged.items():
+        last.write_bytes(content)
+        found = newest_checkpoint(run_dir)
+        assert found is not None and found[0].name == "step0000040.ckpt", what
+    assert not marker.exists()
 
 
 def test_a_poisoned_checkpoint_in_a_sweep_job_fails_that_job_and_runs_nothing(gym_run, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import pickletools
 import re
 import sys
 import warnings
@@ -57,8 +58,9 @@ LAST = "last.ckpt"
 
 
 class UnsafeCheckpoint(ConfigError):
-    """A checkpoint holding objects or raw bytes: not damage a kill could do, so a run folder
-    holding one is refused rather than skipped."""
+    """A file put in a checkpoint's place: one holding objects or raw bytes, a whole pickle, or
+    a complete file of something else. Atomic writes leave no such thing after a kill or a
+    full disk, so a run folder holding one is refused rather than skipped."""
 
 
 def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
@@ -83,18 +85,24 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
                 key, f"{path} holds objects other than tensors, numbers and strings "
                 f"({found.group(1)}); refused unread, since loading them could run code"
             ) from None
+        if _is_pickle(path):
+            raise UnsafeCheckpoint(
+                key, f"{path} is a pickle, not a checkpoint (rs_lightning's are torch archives); "
+                "refused unread, since loading it could run code"
+            ) from None
         if "Weights only load failed" in str(error):  # the safe loader stopped at an opcode
             raise ConfigError(
                 key, f"{path} is not a readable checkpoint: the safe loader (weights_only) "
-                "stopped at an instruction it does not run (a damaged file, or a pickle that "
-                "is not a checkpoint); not loaded otherwise, since that could run code"
+                "stopped at an instruction it does not run (a damaged file); not loaded "
+                "otherwise, since that could run code"
             ) from None
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             key, f"{path} is not a readable checkpoint (corrupt or truncated: {reason[:120]})"
         ) from None
     if not isinstance(state, dict) or "state_dict" not in state or "rs_lightning" not in state:
-        raise ConfigError(key, f"{path} is not a checkpoint of an rs_lightning run")
+        # A complete file (it loaded): something else, not a damaged checkpoint.
+        raise UnsafeCheckpoint(key, f"{path} is not a checkpoint of an rs_lightning run")
     raw = _raw_bytes(state)
     if raw is not None:
         raise UnsafeCheckpoint(
@@ -103,6 +111,21 @@ def read_checkpoint(path: Path | str, key: str = "ckpt_path") -> dict[str, Any]:
         )
     checkpoint_format(state, str(path))
     return state
+
+
+def _is_pickle(path: Path) -> bool:
+    """Whether ``path`` is a pickle, read opcode by opcode (never run): one that fills the
+    file, or torch's legacy format (its magic number pickled first). A checkpoint is a zip
+    archive; a damaged one, or random bytes, is neither."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) == b"PK\x03\x04":
+                return False
+            f.seek(0)
+            arguments = [argument for _, argument, _ in pickletools.genops(f)]
+            return f.read(1) == b"" or torch.serialization.MAGIC_NUMBER in arguments
+    except Exception:  # not a pickle: genops raises several types for bad bytes
+        return False
 
 
 def _raw_bytes(node: Any, where: str = "") -> str | None:
