@@ -70,15 +70,19 @@ def test_a_trained_agent_acts_and_shows_its_return_laws(runs, agent):
 @pytest.mark.parametrize("agent", ["c51", "dqn"])
 def test_another_setting_and_an_evaluation(runs, agent):
     trained = rs_lightning.load_agent(runs[agent])
-    neutral = trained.at(alpha=1.0)
-    assert neutral.utility.alpha == 1.0 and trained.utility.alpha == 0.5
-    laws = neutral.distribution(CELLS)
-    if agent == "c51":
+    if agent == "dqn":  # a point Q: no setting changes its greedy action, so none is taken
+        with pytest.raises(ValueError, match="agent=dqn learns no distribution"):
+            trained.at(alpha=1.0)
+        assert trained.at(alpha=0.5).utility == trained.utility  # its own setting
+    else:
+        neutral = trained.at(alpha=1.0)
+        assert neutral.utility.alpha == 1.0 and trained.utility.alpha == 0.5
+        laws = neutral.distribution(CELLS)
         chosen = np.take_along_axis(laws.expectation, neutral.act(CELLS)[:, None], axis=1)
         assert np.allclose(chosen[:, 0], laws.expectation.max(axis=1), atol=1e-6)
-    assert trained.at(rho=0.2).utility.params == {"rho": 0.2}
-    with pytest.raises(ValueError, match="eta: not the parameter of risk=cvar; allowed: rho"):
-        trained.at(eta=0.5)
+        assert trained.at(rho=0.2).utility.params == {"rho": 0.2}
+        with pytest.raises(ValueError, match="eta: not the parameter of risk=cvar; allowed: rho"):
+            trained.at(eta=0.5)
     summary = trained.evaluate(episodes=50)
     assert summary["episodes"] == 50
     assert summary["cvar"] <= summary["expectation"] + 1e-9
@@ -97,7 +101,13 @@ def test_an_actor_critic_acts_in_its_box_and_shows_the_law_of_its_action(runs, a
     assert laws.expectation.shape == laws.cvar(0.1).shape == (9, 1)
     assert (laws.cvar(0.1) <= laws.expectation + 1e-5).all()
     assert np.allclose(laws.utility, 0.5 * laws.expectation + 0.5 * laws.cvar(0.1), atol=1e-5)
-    assert trained.at(alpha=1.0).utility.alpha == 1.0
+    # Not risk-conditioned: its actor acts alike at every setting, so no other one is taken.
+    with pytest.raises(ValueError, match=f"agent={agent} is an actor-critic trained at one "
+                                         "setting"):
+        trained.at(alpha=1.0)
+    with pytest.raises(ValueError, match="actor-critic"):
+        trained.at(rho=0.3)
+    assert trained.at(alpha=0.5).utility == trained.utility
     summary = trained.evaluate(episodes=20)
     assert summary["episodes"] == 20 and summary["cvar"] <= summary["expectation"] + 1e-9
 
@@ -147,13 +157,87 @@ def test_a_run_recorded_before_a_key_of_its_agent_existed_loads_with_its_default
 
 def test_bad_calls_say_what_to_do(runs, tmp_path):
     trained = rs_lightning.load_agent(runs["dqn"])
-    with pytest.raises(ValueError, match=r"expected a batch \[B, \.\.\.\]"):
+    with pytest.raises(ValueError, match=r"expected a batch \[B, 2\].*\(wrap one observation "
+                                         r"as \[obs\]\)"):
         trained.act([1.0, 0.0])
-    (tmp_path / "seed_0").mkdir()
-    (tmp_path / "seed_0" / "config.yaml").write_text("seed: 0\n")
-    with pytest.raises(FileNotFoundError, match="a run of several seeds: load one of its "
-                                                "folders \\(seed_0\\)"):
+    for seed in (0, 1):
+        (tmp_path / f"seed_{seed}").mkdir()
+        (tmp_path / f"seed_{seed}" / "config.yaml").write_text(f"seed: {seed}\n")
+    with pytest.raises(ValueError, match=r"a run of several seeds \(0, 1\): give one, "
+                                         r"load_agent\(run, seed=s\)"):
         rs_lightning.load_agent(tmp_path)
+    with pytest.raises(ValueError, match="has no seed 2; its seeds: 0, 1"):
+        rs_lightning.load_agent(tmp_path, seed=2)
+
+
+def test_every_call_refuses_what_it_cannot_answer_in_one_line(runs):
+    """Settings outside their domains, observations that are not the environment's (not
+    finite, another shape, complex, outside its space), actions outside [-1, 1], evaluations
+    of no episode: a ValueError of one line naming the argument, never a result."""
+    import torch
+
+    grid = rs_lightning.load_agent(runs["qr_dqn"])
+    for alpha in (1.2, -0.01, float("nan"), "half", True):
+        with pytest.raises(ValueError, match=r"^alpha: must be in \[0, 1\]"):
+            grid.at(alpha=alpha)
+    with pytest.raises(ValueError, match="rho"):
+        grid.at(rho=0.0)
+    refused = {
+        r"every value must be finite, got inf at \[0, 0\]": [[np.inf, 0.0]],
+        r"every value must be finite, got nan at \[1, 1\]": [[0.0, 0.0], [1.0, np.nan]],
+        r"expected a batch \[B, 2\] .*got shape \[2, 1, 2\]": np.zeros((2, 1, 2)),
+        r"expected a batch \[B, 2\] .*got shape \[1, 4\]": [[0, 0, 0, 0]],
+        "expected real numbers, got complex64": torch.zeros(2, 2, dtype=torch.complex64),
+        "expected real numbers": [["a", "b"]],
+        "not a rectangular batch": [[0, 0], [1]],
+        # The grid's cells lie in [0, 2]: cell (3, 1) is no state of it.
+        r"row 1 lies outside .*observation space: 3 at \[0\], where the bounds are \[0, 2\]":
+            [[0, 0], [3, 1]],
+    }
+    for message, observations in refused.items():
+        for call in (grid.act, grid.distribution):
+            with pytest.raises(ValueError, match=f"^observations: {message}"):
+                call(observations)
+    for episodes in (0, -3, 2.5, True, 10**8):
+        with pytest.raises(ValueError, match=r"^episodes: must be a whole number of episodes"):
+            grid.evaluate(episodes=episodes)
+    with pytest.raises(ValueError, match=r"^seed: must be a whole number in \[0, 2\^32\)"):
+        grid.evaluate(episodes=2, seed=-1)
+    with pytest.raises(ValueError, match=r"^rho: the VaR / CVaR level must be in \(0, 1\]"):
+        grid.evaluate(episodes=2, rho=0.0)
+    with pytest.raises(ValueError, match="acts among 4 discrete actions"):
+        grid.env_action([[0.5]])
+
+    actor = rs_lightning.load_agent(runs["tqc"])  # the risky navigation world, 2-d actions
+    for actions, message in (([[1.5, 0.0]], r"row 0 lies outside the agent's box \[-1, 1\]\^2"),
+                             ([[0.0, np.nan]], "every value must be finite"),
+                             ([[0.5]], r"expected a batch \[B, 2\] of actions")):
+        with pytest.raises(ValueError, match=f"^actions: {message}"):
+            actor.env_action(actions)
+    with pytest.raises(ValueError, match="^observations: row 0 lies outside"):
+        actor.act([[9.0, 0.0]])
+    # A network whose weights hold NaN gives no action rather than a NaN one.
+    broken = rs_lightning.load_agent(runs["tqc"])
+    with torch.no_grad():
+        for parameter in broken.policy.agent.parameters():
+            parameter.fill_(float("nan"))
+    with pytest.raises(ValueError, match="non-finite actions for finite observations"):
+        broken.act(POSITIONS)
+
+
+def test_a_run_of_several_seeds_is_loaded_by_its_seed(runs, tmp_path):
+    """The folder of a parallel_seeds run is refused without a seed (naming them), and
+    ``seed=s`` loads that seed's folder."""
+    import shutil
+
+    for seed in (3, 4):  # two seeds' folders, as a parallel_seeds=2 run keeps them
+        shutil.copytree(runs["c51"], tmp_path / f"seed_{seed}")
+    (tmp_path / "config.yaml").write_text((runs["c51"] / "config.yaml").read_text())
+    with pytest.raises(ValueError, match=r"is a run of several seeds \(3, 4\)"):
+        rs_lightning.load_agent(tmp_path)
+    assert rs_lightning.load_agent(tmp_path, seed=4).run_dir == tmp_path / "seed_4"
+    with pytest.raises(ValueError, match="^seed: .* is a run of one seed"):
+        rs_lightning.load_agent(runs["c51"], seed=0)
 
 
 def test_a_sweeps_runs_as_rows(runs, tmp_path):

@@ -17,10 +17,18 @@ of the run's ``env`` config: the grid worlds' (x, y) cells, gymnasium's Box obse
 one-hot rows for Discrete ones), a batch ``[B, ...]`` as a NumPy array, a tensor or nested
 lists. Loading reads the checkpoint as data only (no code can run from it), as every tool
 does.
+
+Every call checks its input first and refuses what it cannot answer with a ``ValueError`` of
+one line naming the argument: observations that are not real numbers, not finite, not of the
+environment's observation shape or outside its observation space; actions outside [-1, 1]^d;
+``alpha`` outside [0, 1], a measure's parameter outside its domain; another setting of an
+agent whose greedy policy cannot depend on it (an actor-critic that is not risk-conditioned,
+DQN, ``risk=expectation``); ``episodes`` below 1; a run of several seeds without ``seed=``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +37,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from rs_lightning.analysis.evaluation import evaluate_policy
+from rs_lightning.analysis.evaluation import (
+    check_episodes,
+    check_seed,
+    evaluate_policy,
+    policy_at,
+)
 from rs_lightning.analysis.results import collect, settings_of
 from rs_lightning.analysis.runs import TrainedRun, load_run
 from rs_lightning.engine.learner import MemberPolicy
@@ -85,7 +98,8 @@ class TrainedAgent:
 
     ``config`` is the run's validated config, ``steps`` and ``env_steps`` what its
     checkpoint had done. A risk-conditioned agent acts at any setting within the ranges it
-    trained on; any other agent re-weighs the one law it learned (`at`)."""
+    trained on; a distributional value-based agent re-weighs the one law it learned (`at`);
+    an agent whose greedy policy cannot depend on the setting refuses any other."""
 
     policy: MemberPolicy
     run: TrainedRun
@@ -116,8 +130,12 @@ class TrainedAgent:
         return self.policy.n_actions
 
     def at(self, alpha: float | None = None, **parameter: float) -> TrainedAgent:
-        """The same agent at another setting: ``alpha`` and / or the measure's parameter by
-        its name (``rho=0.05``, ``eta=-0.5``); a name the measure does not have is refused."""
+        """The same agent at another setting: ``alpha`` in [0, 1] and / or the measure's
+        parameter by its name (``rho=0.05``, ``eta=-0.5``) in its domain. Refused in one line
+        (ValueError): a name the measure does not have, a value outside its domain, a
+        conditioned agent's setting outside the ranges it trained on, and any setting but its
+        own for an agent whose greedy policy cannot depend on it (an actor-critic that is not
+        risk-conditioned, DQN, ``risk=expectation``)."""
         params = self.utility.params
         unknown = set(parameter) - set(params)
         if unknown or len(parameter) > 1:
@@ -125,15 +143,44 @@ class TrainedAgent:
             raise ValueError(f"{', '.join(sorted(parameter))}: not the parameter of "
                              f"risk={self.utility.risk}; allowed: {allowed}")
         value = next(iter(parameter.values()), None)
-        alpha = self.utility.alpha if alpha is None else float(alpha)
-        return TrainedAgent(self.policy.at(alpha, value), self.run)
+        return TrainedAgent(policy_at(self.policy, alpha, value), self.run)
 
     def act(self, observations) -> np.ndarray:
         """The greedy action of each observation -> ``[B]`` (integers), or for an
         actor-critic the mean action ``[B, d]`` in [-1, 1]^d (the environment's box mapped
         onto it: `env_action` maps it back)."""
-        actions = _numpy(self.policy.greedy(_batch(observations)))
+        actions = _numpy(self.policy.greedy(self._observations(observations)))
+        if not np.isfinite(actions).all():
+            raise ValueError(f"{self.run_dir}: the network gave non-finite actions for finite "
+                             "observations (its weights hold NaN or inf)")
         return actions.astype(np.float32 if self.continuous else np.int64)
+
+    @functools.cached_property
+    def _spaces(self):
+        """The observation and action spaces of the run's environment (made once, closed)."""
+        from rs_lightning.envs.factory import make_env
+
+        env = make_env(self.config.train.env)
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+    def _observations(self, observations) -> torch.Tensor:
+        """A batch ``[B, *shape]`` of the environment's observations as a float tensor, or
+        ValueError in one line: not real numbers, another shape, not finite, or outside the
+        observation space's bounds."""
+        space = self._spaces[0]
+        batch = _real_array(observations, "observations")
+        shape = tuple(space.shape or ())
+        if batch.ndim != len(shape) + 1 or tuple(batch.shape[1:]) != shape:
+            hint = " (wrap one observation as [obs])" if tuple(batch.shape) == shape else ""
+            raise ValueError(f"observations: expected a batch [B, {', '.join(map(str, shape))}] "
+                             f"of {self.config.train.env.id}'s observations, got shape "
+                             f"{list(batch.shape)}{hint}")
+        _check_inside(batch, space, "observations",
+                      f"{self.config.train.env.id}'s observation space")
+        return torch.as_tensor(batch, dtype=torch.float32)
 
     @property
     def continuous(self) -> bool:
@@ -141,43 +188,73 @@ class TrainedAgent:
         return self.policy.agent.problem.continuous
 
     def env_action(self, actions) -> np.ndarray:
-        """Actions in [-1, 1]^d as the environment's own box takes them (what
-        ``gymnasium.make(env.id)`` accepts; the training's wrapper did this mapping)."""
+        """Actions in [-1, 1]^d (what `act` returns) as the environment's own box takes them
+        (what ``gymnasium.make(env.id)`` accepts; the training's wrapper did this mapping).
+        ValueError in one line for a discrete-action agent, another shape, or values that
+        are not finite or lie outside [-1, 1]."""
+        from gymnasium.spaces import Box
+
         from rs_lightning.envs.factory import make_env
 
+        if not self.continuous:
+            raise ValueError(f"env_action: agent={self.config.agent.name} acts among "
+                             f"{self.n_actions} discrete actions, which the environment takes "
+                             "as they are")
+        batch = _real_array(actions, "actions")
+        width = self.policy.agent.problem.action_dim
+        if batch.ndim != 2 or batch.shape[1] != width:
+            raise ValueError(f"actions: expected a batch [B, {width}] of actions in [-1, 1], "
+                             f"got shape {list(batch.shape)}")
+        _check_inside(batch, Box(-1.0, 1.0, (width,)), "actions", f"the agent's box "
+                      f"[-1, 1]^{width} (what act returns; env_action maps it onto the "
+                      "environment's)")
         env = make_env(self.config.train.env)  # its outermost wrapper: that mapping
         try:
-            return np.asarray(env.action(np.asarray(actions, dtype=np.float32)))
+            return np.asarray(env.action(batch.astype(np.float32)))
         finally:
             env.close()
 
     def distribution(self, observations) -> ActionLaws:
         """The learned Z(s, a) of every action of each observation (`ActionLaws`); an
         actor-critic has one action, its mean action."""
-        law = self.policy.return_distribution(_batch(observations))
+        law = self.policy.return_distribution(self._observations(observations))
         return ActionLaws(ReturnDistribution(law.values.detach(), law.probs.detach()),
                           self.utility)
 
     def evaluate(self, episodes: int = 1000, seed: int | None = None,
                  rho: float | None = None) -> dict[str, Any]:
         """Monte Carlo figures of the greedy policy on the run's environment: E, VaR_rho,
-        CVaR_rho and U of the episode score, R_s where the environment has it (``rho``:
-        the VaR / CVaR level, by default the run's; ``seed``: by default the run's)."""
+        CVaR_rho and U of the episode score, R_s where the environment has it (``episodes``
+        in [1, 10,000,000]; ``rho``: the VaR / CVaR level in (0, 1], by default the run's;
+        ``seed``: by default the run's)."""
         train = self.config.train
-        level = float(rho if rho is not None else self.utility.params.get("rho", train.rho))
-        return evaluate_policy(self.policy, train.env, self.utility, level, int(episodes),
-                               seed=train.seed if seed is None else int(seed),
-                               batch_envs=train.evaluation.batch_envs)
+        episodes = check_episodes(episodes)
+        seed = train.seed if seed is None else check_seed(seed)
+        level = rho if rho is not None else self.utility.params.get("rho", train.rho)
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level <= 1:
+            raise ValueError(f"rho: the VaR / CVaR level must be in (0, 1], got {rho!r}")
+        return evaluate_policy(self.policy, train.env, self.utility, float(level), episodes,
+                               seed=seed, batch_envs=train.evaluation.batch_envs)
 
 
-def load_agent(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt") -> TrainedAgent:
-    """The trained agent of a run folder (of one seed: a ``parallel_seeds`` run keeps each
-    seed in ``<run>/seed_<s>/``), from ``checkpoint`` (relative to the folder)."""
+def load_agent(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt",
+               seed: int | None = None) -> TrainedAgent:
+    """The trained agent of a run folder from ``checkpoint`` (relative to the folder). A run of
+    several seeds (``parallel_seeds``) keeps each in ``<run>/seed_<s>/``: give that folder, or
+    the run's folder and ``seed=s``; without either it is refused, naming its seeds."""
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file() and any(run_dir.glob("seed_*/config.yaml")):
-        seeds = ", ".join(sorted(p.parent.name for p in run_dir.glob("seed_*/config.yaml")))
-        raise FileNotFoundError(f"{run_dir} is a run of several seeds: load one of its "
-                                f"folders ({seeds})")
+    seeds = {p.parent.name[len("seed_"):]: p.parent for p in run_dir.glob("seed_*/config.yaml")}
+    names = ", ".join(sorted(seeds, key=lambda name: (len(name), name)))
+    if seeds and seed is None:
+        raise ValueError(f"{run_dir} is a run of several seeds ({names}): give one, "
+                         "load_agent(run, seed=s), or load its folder <run>/seed_<s>")
+    if seed is not None:
+        if not seeds:
+            raise ValueError(f"seed: {run_dir} is a run of one seed (no seed_<s>/ folders); "
+                             "load it without seed=")
+        if str(seed) not in seeds:
+            raise ValueError(f"seed: {run_dir} has no seed {seed!r}; its seeds: {names}")
+        run_dir = seeds[str(seed)]
     run = load_run(run_dir, checkpoint)
     return TrainedAgent(run.module, run)
 
@@ -205,15 +282,42 @@ def load_runs(sweep_dir: str | Path, as_frame: bool | None = None):
     return pandas.DataFrame(rows)
 
 
-def _batch(observations) -> torch.Tensor:
-    """Observations as a float tensor ``[B, ...]`` (a single observation is not guessed:
-    pass a batch of one)."""
-    batch = torch.as_tensor(np.asarray(observations, dtype=np.float32)
-                            if not isinstance(observations, torch.Tensor) else observations)
-    if batch.dim() < 2:
-        raise ValueError(f"observations: expected a batch [B, ...], got shape "
-                         f"{list(batch.shape)} (wrap one observation as [obs])")
-    return batch.float()
+def _real_array(values, name: str) -> np.ndarray:
+    """``values`` (an array, a tensor, nested lists) as a float64 array of finite real numbers,
+    or ValueError in one line naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        array = np.asarray(values)
+    except ValueError:  # nested lists of unequal lengths
+        raise ValueError(f"{name}: not a rectangular batch of numbers") from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected real numbers, got {array.dtype} values")
+    array = array.astype(np.float64)
+    if not np.isfinite(array).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
+        raise ValueError(f"{name}: every value must be finite, got {array[where]} at "
+                         f"{list(where)}")
+    return array
+
+
+def _check_inside(batch: np.ndarray, space, name: str, what: str) -> None:
+    """ValueError in one line naming the first value of ``batch`` outside the bounds of the
+    gymnasium Box ``space`` (other spaces have none to check)."""
+    low, high = getattr(space, "low", None), getattr(space, "high", None)
+    if low is None or high is None:
+        return
+    low = np.broadcast_to(np.asarray(low, np.float64), batch.shape[1:])
+    high = np.broadcast_to(np.asarray(high, np.float64), batch.shape[1:])
+    # A float32 bound read as float64 may sit an ulp off the value a user copied from it.
+    outside = (batch < low - 1e-6 * np.maximum(1.0, np.abs(low))) | (
+        batch > high + 1e-6 * np.maximum(1.0, np.abs(high)))
+    if outside.any():
+        where = tuple(int(i) for i in np.argwhere(outside)[0])
+        inner = where[1:]
+        raise ValueError(f"{name}: row {where[0]} lies outside {what}: {batch[where]:g} at "
+                         f"{list(inner)}, where the bounds are [{low[inner]:g}, "
+                         f"{high[inner]:g}]")
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -6,17 +6,20 @@ never changes the module. Episode ``i`` is reset with the ``i``-th seed drawn fr
 same run always the same ones (also across periodic evaluations, whose differences then come
 from the policy alone), whatever the number of environments run side by side.
 
-    rs-lightning evaluate outputs/runs/<run> [--episodes N]
+    rs-lightning evaluate outputs/runs/<run> --overwrite [--episodes N]
 
-re-evaluates a finished run from its last checkpoint and rewrites its ``eval.json``;
+re-evaluates a finished run from its last checkpoint and replaces its ``eval.json`` (only with
+``--overwrite``: without it the command refuses, since ``eval.json`` marks the run finished);
 
     rs-lightning evaluate outputs/runs/<run> alpha=0.3 rho=0.05
 
 evaluates the greedy policy at that setting instead (``alpha=`` and the risk measure's
 parameter by its name; either may be left out), Monte Carlo and, on the grid worlds, exactly,
 into ``eval_alpha=0.3,rho=0.05.json`` beside ``eval.json`` (which stays as it is). A
-risk-conditioned run acts at the setting it is given; any other run re-weighs its one learned
-law with it (docs/guides/conditioning.md, "Acting at a setting").
+risk-conditioned run acts at the setting it is given; a distributional value-based run
+re-weighs its one learned law with it (docs/guides/conditioning.md, "Acting at a setting");
+a run whose greedy policy cannot depend on the setting (:func:`fixed_policy_reason`) is
+refused at any setting but its own.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rs_lightning.config.schema import SEED_LIMIT
 from rs_lightning.engine.rollout import Rollout, act_on_distinct
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.files import write_json_atomic
@@ -349,11 +353,121 @@ def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
 
 
+# The most Monte Carlo episodes one evaluation plays (the API's ``evaluate``, ``rs-lightning
+# evaluate --episodes`` and ``frontier --episodes`` a setting): each keeps its returns in memory,
+# and a count past it is a typing slip more often than a plan.
+MAX_EVALUATION_EPISODES = 10_000_000
+
+
+def check_episodes(episodes: Any, key: str = "episodes") -> int:
+    """``episodes`` as an int in [1, MAX_EVALUATION_EPISODES], else ValueError naming ``key``."""
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or not (
+            1 <= episodes <= MAX_EVALUATION_EPISODES):
+        raise ValueError(f"{key}: must be a whole number of episodes in [1, "
+                         f"{MAX_EVALUATION_EPISODES:,}], got {episodes!r}")
+    return int(episodes)
+
+
+def check_seed(seed: Any, key: str = "seed") -> int:
+    """``seed`` as an int in [0, 2^32) (NumPy's range), else ValueError naming ``key``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
+            0 <= seed < SEED_LIMIT):
+        raise ValueError(f"{key}: must be a whole number in [0, 2^32), got {seed!r}")
+    return int(seed)
+
+
+def check_alpha(alpha: Any, key: str = "alpha") -> float:
+    """``alpha`` as a float in [0, 1] (as the config takes it), else ValueError naming ``key``."""
+    try:
+        value = float(alpha)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(alpha, bool) or not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+        raise ValueError(f"{key}: must be in [0, 1], got {alpha!r}")
+    return value
+
+
+def fixed_policy_reason(policy) -> str | None:
+    """Why the greedy policy of a member (:class:`~rs_lightning.engine.learner.MemberPolicy`)
+    is the same at every setting (alpha and the measure's parameter), or None when a setting
+    can change it: an actor-critic that is not risk-conditioned (its actor acts alone), an
+    agent without a distribution (DQN's point Q), or U = E at every alpha (risk=expectation).
+    A tool asked for another setting of such a member refuses rather than report the same
+    policy as if it were another one."""
+    agent = policy.agent
+    name = agent.config.name
+    conditioned = getattr(agent.config, "risk_conditioned", False)
+    if agent.continuous_actions and not conditioned:
+        return (f"agent={name} is an actor-critic trained at one setting (not risk-conditioned): "
+                "its actor takes the same action at every alpha and risk parameter (train with "
+                "agent.risk_conditioned=true to act at others)")
+    if not agent.distributional:
+        return (f"agent={name} learns no distribution (a point Q): every setting ranks its "
+                "actions alike, so its greedy policy is the same at every alpha")
+    if policy.utility.risk == "expectation" and not conditioned:
+        return ("risk=expectation: U = E at every alpha, so the greedy policy is the same at "
+                "every setting")
+    return None
+
+
+# What a point at another setting means, by whether the run is risk-conditioned (written into
+# the files of evaluations at a setting and of the frontier).
+SETTING_MEANING = {
+    True: "the policy the conditioned network chose at this setting",
+    False: "the run's one learned law re-weighed with this setting (not retrained)",
+}
+
+
+def policy_at(policy, alpha: Any = None, parameter: Any = None):
+    """The member ``policy`` acting at ``alpha`` (None: its own) and the measure's
+    ``parameter`` (None: its own), every value checked first: alpha in [0, 1], the parameter
+    in its measure's domain (the measure checks it), a conditioned member within the ranges it
+    trained on, and no other setting for a member whose greedy policy cannot depend on it
+    (:func:`fixed_policy_reason`). ValueError in one line otherwise."""
+    utility = policy.utility
+    alpha = utility.alpha if alpha is None else check_alpha(alpha)
+    if parameter is not None:
+        names = list(utility.params)
+        if len(names) != 1:
+            raise ValueError(f"risk={utility.risk} has no parameter to set")
+        try:
+            parameter = float(parameter)
+        except (TypeError, ValueError):
+            raise ValueError(f"{names[0]}: must be a number, got {parameter!r}") from None
+    own = parameter is None or parameter == next(iter(utility.params.values()))
+    if alpha != utility.alpha or not own:
+        reason = fixed_policy_reason(policy)
+        if reason is not None:
+            raise ValueError(reason)
+    return policy.at(alpha, parameter)
+
+
 def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = None
                        ) -> tuple[dict[str, Any], Path]:
     """The greedy policy of ``run`` at ``setting`` (``alpha`` and / or the risk measure's
-    parameter by name): Monte Carlo and exact (grid worlds) figures, written beside
-    ``eval.json`` as ``eval_<setting>.json``; returns them and the file."""
+    parameter by name; :func:`check_setting`): Monte Carlo and exact (grid worlds) figures,
+    written beside ``eval.json`` as :func:`setting_file`; returns them and the file."""
+    policy = check_setting(run, setting)
+    train = run.run_config.train
+    rho = float(policy.utility.params.get("rho", train.rho))
+    summary = evaluate_policy(policy, train.env, policy.utility, rho,
+                              episodes or train.evaluation.episodes, seed=train.seed,
+                              batch_envs=train.evaluation.batch_envs)
+    summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
+    conditioned = bool(run.run_config.agent.risk_conditioned)
+    summary.update(policy.utility.params, agent=run.run_config.agent.name, env=train.env.id,
+                   seed=train.seed, steps=run.steps, env_steps=run.env_steps,
+                   risk_conditioned=conditioned, meaning=SETTING_MEANING[conditioned])
+    if train.env.grid_size:
+        summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
+    path = setting_file(run.run_dir, setting)
+    write_json_atomic(path, summary)
+    return summary, path
+
+
+def check_setting(run, setting: dict[str, float]):
+    """The member of ``run`` at ``setting`` (:func:`policy_at`); ValueError in one line for a
+    key that is not ``alpha`` or the run's measure's parameter, or a value it refuses."""
     utility = run.run_config.utility
     unknown = set(setting) - {"alpha", *utility.params}
     if unknown:
@@ -361,31 +475,36 @@ def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = N
         raise ValueError(f"{min(unknown)}: not a setting of risk={utility.risk}; "
                          f"allowed: {allowed}")
     parameter = next((setting[n] for n in utility.params if n in setting), None)
-    policy = run.module.at(setting.get("alpha", utility.alpha), parameter)
-    train = run.run_config.train
-    rho = float(policy.utility.params.get("rho", train.rho))
-    summary = evaluate_policy(policy, train.env, policy.utility, rho,
-                              episodes or train.evaluation.episodes, seed=train.seed,
-                              batch_envs=train.evaluation.batch_envs)
-    summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
-    summary.update(policy.utility.params, agent=run.run_config.agent.name, env=train.env.id,
-                   seed=train.seed, steps=run.steps, env_steps=run.env_steps,
-                   risk_conditioned=run.run_config.agent.risk_conditioned)
-    if train.env.grid_size:
-        summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
+    return policy_at(run.module, setting.get("alpha"), parameter)
+
+
+def setting_file(run_dir: Path, setting: dict[str, float]) -> Path:
+    """Where the evaluation of a run at ``setting`` goes: ``eval_alpha=0.3,rho=0.05.json``."""
     name = ",".join(f"{k}={v:g}" for k, v in setting.items())
-    path = Path(run.run_dir) / f"eval_{name}.json"
-    write_json_atomic(path, summary)
-    return summary, path
+    return Path(run_dir) / f"eval_{name}.json"
+
+
+def setting_keys() -> set[str]:
+    """The names a setting may take on the command line: ``alpha`` and the parameter every
+    registered risk measure declares (``rho``, ``eta``, ...)."""
+    from rs_lightning.risk import RISK_MEASURES, declared_parameter
+
+    return {"alpha"} | {declared_parameter(m) for m in RISK_MEASURES} - {None}
 
 
 def parse_setting(items: list[str]) -> dict[str, float]:
-    """``["alpha=0.3", "rho=0.05"]`` -> ``{"alpha": 0.3, "rho": 0.05}``."""
-    setting = {}
+    """``["alpha=0.3", "rho=0.05"]`` -> ``{"alpha": 0.3, "rho": 0.05}``; ValueError naming the
+    key of a value that is not a finite number, or of a key given twice."""
+    setting: dict[str, float] = {}
     for item in items:
         key, _, value = item.partition("=")
+        if key in setting:
+            raise ValueError(f"{key}: given twice ({key}={setting[key]:g} and {item})")
         try:
-            setting[key] = float(value)
+            number = float(value)
         except ValueError:
-            raise ValueError(f"{key}: must be a number, got {value!r}") from None
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(f"{key}: must be a finite number, got {value!r}")
+        setting[key] = number
     return setting

@@ -20,9 +20,20 @@ What a point means depends on the run:
 - a risk-conditioned run (``agent.risk_conditioned=true``) learned Z(s, a | setting) for the
   settings it drew: each point is the policy its network chose for that setting; settings
   outside the ranges it trained on are refused;
-- any other run learned one law Z for its own setting's policy: each point re-weighs that law
-  with another alpha (argmax_a of U_alpha on the same Z). It shows how far the choice moves
-  with alpha on what the run learned, not what a run trained at that alpha would learn.
+- a distributional value-based run that is not conditioned learned one law Z for its own
+  setting's policy: each point re-weighs that law with another alpha (argmax_a of U_alpha on
+  the same Z). It shows how far the choice moves with alpha on what the run learned, not what
+  a run trained at that alpha would learn;
+- a run whose greedy policy cannot depend on the setting (an actor-critic that is not
+  risk-conditioned, DQN, ``risk=expectation``:
+  :func:`~rs_lightning.analysis.evaluation.fixed_policy_reason`) is refused: every point
+  would be the same policy.
+
+The runs given must be seeds of one setting, by the rule the reports group runs by (their
+whole config but the seed and what does not change what a run learns:
+:func:`~rs_lightning.analysis.results.learning_settings`); runs of different agents,
+environments or settings are refused, naming what differs. Every argument is checked and every
+setting tried on every seed before the first episode is played.
 """
 
 from __future__ import annotations
@@ -36,11 +47,21 @@ from typing import Any
 import numpy as np
 
 from rs_lightning.analysis.evaluation import (
+    SETTING_MEANING,
     PlayedEpisodes,
+    check_episodes,
+    fixed_policy_reason,
     grid_policy_table,
     play_episodes,
+    policy_at,
     rollout_policy,
     summarize_played,
+)
+from rs_lightning.analysis.results import (
+    group_by_setting,
+    label_keys,
+    learning_settings,
+    read_config,
 )
 from rs_lightning.analysis.runs import TrainedRun, load_run
 from rs_lightning.files import atomic_write, write_json_atomic
@@ -51,21 +72,86 @@ from rs_lightning.references.ground_truth import exact_policy_metrics
 MEASURES = ("expectation", "var", "cvar", "utility")
 
 
+# The most settings a frontier evaluates per seed (alphas times --rho values): a grid of 0.001
+# in alpha; each point plays its own Monte Carlo episodes.
+MAX_SETTINGS = 1001
+ALPHA_FORM = (f"low:high:count (count a whole number from 1 to {MAX_SETTINGS}) or a comma "
+              "list, every alpha in [0, 1]")
+
+
 def parse_alphas(text: str) -> list[float]:
-    """``low:high:count`` (evenly spaced, ends included) or a comma-separated list."""
-    if ":" in text:
-        parts = text.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"--alpha: expected low:high:count, got {text!r}")
-        low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
-        if count < 1:
-            raise ValueError(f"--alpha: the count must be positive, got {count}")
-        values = np.linspace(low, high, count).round(10).tolist()
-    else:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    if not values or not all(0.0 <= v <= 1.0 for v in values):
-        raise ValueError(f"--alpha: every alpha must lie in [0, 1], got {text!r}")
+    """``low:high:count`` (evenly spaced, ends included) or a comma-separated list; ValueError
+    naming ``--alpha`` and its form otherwise."""
+    refused = ValueError(f"--alpha: expected {ALPHA_FORM}, got {text!r}")
+    try:
+        if ":" in text:
+            low, high, count_text = text.split(":")
+            count = int(count_text)
+            if not 1 <= count <= MAX_SETTINGS:
+                raise refused
+            values = np.linspace(float(low), float(high), count).round(10).tolist()
+        else:
+            values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise refused from None
+    if not values or len(values) > MAX_SETTINGS or not all(0.0 <= v <= 1.0 for v in values):
+        raise refused
     return values
+
+
+def parse_parameters(text: str) -> list[float]:
+    """``--rho``: a comma list of finite numbers (each checked by the run's risk measure when
+    the frontier starts); ValueError naming ``--rho`` otherwise."""
+    refused = ValueError(f"--rho: expected a comma list of at most {MAX_SETTINGS} numbers "
+                         f"(the risk measure's parameter), got {text!r}")
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise refused from None
+    if not values or len(values) > MAX_SETTINGS or not np.isfinite(values).all():
+        raise refused
+    return values
+
+
+def check_runs(runs: list[TrainedRun], settings: list[tuple[float, float | None]],
+               exact_only: bool) -> None:
+    """ValueError in one line unless the seeds ``runs`` can make one frontier at every
+    setting ``(alpha, parameter)``: seeds of one setting by the reports' rule
+    (:func:`~rs_lightning.analysis.results.group_by_setting` of their learning settings),
+    each seed once, a greedy policy that a setting can change, every setting one each seed
+    acts at, and exact figures where ``exact_only`` asks for them alone."""
+    configs = {run.run_dir: learning_settings(read_config(run.run_dir) or {}) for run in runs}
+    groups = group_by_setting(runs, lambda run: configs[run.run_dir],
+                              lambda run: run.run_config.train.seed)
+    if len(groups) > 1:
+        keys = label_keys([g.settings for g in groups], named=())
+        differing = keys or {"": "their configs"}
+        shown = "; ".join(
+            f"{name}: " + ", ".join(f"{g.settings.get(key, '—')} ({g.runs[0].run_dir})"
+                                    for g in groups[:3]) if key else name
+            for key, name in list(differing.items())[:3])
+        raise ValueError(f"the runs are not seeds of one setting ({shown}): a frontier pools "
+                         "seeds of one agent, environment and setting; give such runs, one "
+                         "frontier each")
+    if groups[0].duplicates:
+        again = groups[0].duplicates[0]
+        raise ValueError(f"{again.run_dir} repeats seed {again.run_config.train.seed} of "
+                         "another run given: give each seed once")
+    if exact_only and not runs[0].run_config.train.env.grid_size:
+        raise ValueError(f"--exact-only: {runs[0].run_config.train.env.id} has no exact "
+                         "figures (only the grid worlds do); leave it out for Monte Carlo")
+    reason = fixed_policy_reason(runs[0].module)
+    if reason is not None:
+        raise ValueError(f"{reason}; a frontier of it would show one policy at every alpha "
+                         "(rs-lightning evaluate gives its figures)")
+    for run in runs:
+        for parameter in dict.fromkeys(p for _, p in settings if p is not None):
+            try:
+                policy_at(run.module, None, parameter)
+            except ValueError as error:
+                raise ValueError(f"--rho {parameter:g}: {error}") from None
+        for alpha, parameter in settings:
+            policy_at(run.module, alpha, parameter)
 
 
 def seed_runs(run_dirs: list[Path]) -> list[Path]:
@@ -101,7 +187,7 @@ def evaluate_setting(run: TrainedRun, alpha: float, parameter: float | None,
     On a grid world a policy of the cell alone plays the same episodes (the same seed)
     whatever setting chose it, so each distinct policy is played once and summarised for
     each setting that chose it: the figures are those of playing it again."""
-    policy = run.module.at(alpha, parameter)
+    policy = policy_at(run.module, alpha, parameter)
     train = run.run_config.train
     rho = risk_level(run, parameter)
     names = list(policy.utility.params)
@@ -364,9 +450,13 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
              episodes: int, out_dir: Path, exact_only: bool = False,
              figure: bool = True, wandb: str = "off") -> dict[str, Any]:
     """Evaluate every seed of ``run_dirs`` at every setting; write the three files into
-    ``out_dir``; returns what ``frontier.json`` holds."""
+    ``out_dir``; returns what ``frontier.json`` holds. Everything is checked first
+    (:func:`check_runs`): ValueError in one line."""
     rows = []
+    if not exact_only:
+        check_episodes(episodes, "--episodes")
     runs = [load_run(d) for d in seed_runs(run_dirs)]
+    check_runs(runs, [(a, p) for p in (parameters or [None]) for a in alphas], exact_only)
     settings = len(parameters or [None]) * len(alphas)
     first = runs[0].run_config
     if not (exact_only and first.train.env.grid_size):
@@ -397,8 +487,7 @@ def frontier(run_dirs: list[Path], alphas: list[float], parameters: list[float] 
         "env": first.train.env.id,
         "risk": first.utility.risk,
         "risk_conditioned": conditioned,
-        "meaning": ("the policy the conditioned network chose at each setting" if conditioned
-                    else "the run's one learned law re-weighed with each alpha (not retrained)"),
+        "meaning": SETTING_MEANING[bool(conditioned)],
         "episodes": 0 if exact_only else episodes,
         "summary": summarize(rows),
         "rows": rows,

@@ -73,12 +73,18 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def greedy_visits(run_dir: Path, episodes: int, seed: int = 0) -> np.ndarray:
-    """Visits per cell of the cliff-walking grid by a run's greedy policy over ``episodes``."""
-
+    """Visits per cell of the cliff-walking grid by a run's greedy policy over ``episodes``;
+    ValueError in one line for a run on another environment."""
+    from gymnasium.envs.toy_text.cliffwalking import CliffWalkingEnv
 
     run = load_run(run_dir)
     train = run.run_config.train
     env = make_env(train.env)
+    if not isinstance(env.unwrapped, CliffWalkingEnv):
+        env.close()
+        raise ValueError(f"heatmap: {run_dir} is a run on {train.env.id}; the heat map draws "
+                         "the cells a greedy policy visits on cliff walking (env=cliff_walking "
+                         "runs)")
     member = run.module
     # What the objective carries through an episode (objective=static: (c, gamma^t, b)).
     state = member.objective.episode_state([seed], 1, float(train.env.gamma), training=False)
@@ -107,7 +113,7 @@ def heatmap_panel(run_dir: Path, episodes: int) -> tuple[str, np.ndarray]:
     runs = [run_dir] if (run_dir / "eval.json").is_file() else sorted(run_dir.glob("seed_*"))
     runs = [run for run in runs if (run / "eval.json").is_file()]
     if not runs:
-        raise SystemExit(f"heatmap: {run_dir} holds no finished run (no eval.json)")
+        raise FileNotFoundError(f"heatmap: {run_dir} holds no finished run (no eval.json)")
     results = [json.loads((run / "eval.json").read_text()) for run in runs]
     counts = sum(greedy_visits(run, episodes) for run in runs)
     name = run_dir.name if len(run_dir.name) <= 30 else run_dir.name[:27] + "..."

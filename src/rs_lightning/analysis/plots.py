@@ -72,6 +72,44 @@ def _save(fig, out: Path) -> None:
     plt.close(fig)
 
 
+def parse_cell(text: str) -> tuple[int, ...]:
+    """``--cell x,y`` -> ``(x, y)``; ValueError naming ``--cell`` and its form otherwise."""
+    try:
+        cell = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        cell = ()
+    if not cell:
+        raise ValueError(f"--cell: expected the state as whole numbers x,y, got {text!r}")
+    return cell
+
+
+def check_distribution_state(run: TrainedRun, cell: tuple[int, ...]) -> None:
+    """ValueError in one line unless ``distributions`` can draw the laws of ``cell`` for the
+    run: an agent with discrete actions (the laws of every action), an observation of the
+    cell's width, a cell inside a grid world's grid."""
+    from rs_lightning.envs.factory import make_env
+
+    train = run.run_config.train
+    if run.module.agent.continuous_actions:
+        raise ValueError(f"distributions: {run.run_dir} is a run of agent="
+                         f"{run.run_config.agent.name}, which acts in a continuous box; it draws "
+                         "the laws of every discrete action of a state (runs of discrete-action "
+                         "agents)")
+    env = make_env(train.env)
+    try:
+        shape = tuple(env.observation_space.shape or ())
+    finally:
+        env.close()
+    if shape != (len(cell),):
+        raise ValueError(f"--cell: {train.env.id}'s observations are of shape {list(shape)}, "
+                         f"not a state x,y ({','.join(map(str, cell))}); distributions draws "
+                         "a state given as its observation's numbers")
+    size = train.env.grid_size
+    if size and not all(0 <= v < size for v in cell):
+        raise ValueError(f"--cell: {cell[0]},{cell[1]} lies outside the {size} x {size} grid "
+                         f"of {train.env.id} (x and y in 0..{size - 1})")
+
+
 def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path) -> dict:
     """Draw the figure into ``out``; returns per-action Q, R, U and the W1 distances."""
     plt = _pyplot()

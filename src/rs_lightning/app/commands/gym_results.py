@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from rs_lightning.analysis import gym_results as _analysis
+from rs_lightning.analysis.evaluation import check_episodes
 from rs_lightning.analysis.gym_results import (
     first_reaching,
     heatmap_panel,
@@ -73,7 +74,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"medians E {p['expectation_quartiles'][1]:.3f}, VaR {p['var_quartiles'][1]:.3f}")
         print(f"-> {out}")
         return 0
-    panels = [heatmap_panel(run_dir, args.episodes) for run_dir in args.run_dirs]
+    try:
+        check_episodes(args.episodes, "--episodes")
+        panels = [heatmap_panel(run_dir, args.episodes) for run_dir in args.run_dirs]
+    except (FileNotFoundError, ValueError) as error:  # not a run, not cliff walking, damaged
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     plot_heatmaps(panels, args.out)
     print(f"-> {args.out}")
     return 0

@@ -13,6 +13,8 @@ from rs_lightning.analysis.plots import (
     CURVE_AXES,
     CURVE_METRICS,
     METRIC_LABELS,
+    check_distribution_state,
+    parse_cell,
     plot_learning_curves,
     plot_policy,
     plot_return_distributions,
@@ -40,11 +42,12 @@ def _distributions_command(args) -> int:
     from rs_lightning.analysis.runs import load_run
 
     try:
+        cell = parse_cell(args.cell)
         run = load_run(args.run_dir)
-    except (FileNotFoundError, ConfigError) as error:  # missing, or not a checkpoint
+        check_distribution_state(run, cell)
+    except (FileNotFoundError, ValueError) as error:  # missing, not a checkpoint, no such state
         print(f"error: {error}", file=sys.stderr)
         return 2
-    cell = tuple(int(v) for v in args.cell.split(","))
     out = args.out or args.run_dir / f"distributions_{cell[0]}_{cell[1]}.png"
     report = plot_return_distributions(run, cell, out)
     for entry in report["actions"]:
