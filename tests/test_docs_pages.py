@@ -22,6 +22,9 @@ PAGES = sorted(DOCS.rglob("*.md"))
 # folders and files a reader can open. Placeholders (<run>, *, {a,b}) are not paths.
 CITED = re.compile(r"(?<![\w./-])((?:src|conf|tests|docs|examples|benchmarks|scripts)/"
                    r"[\w./-]*\.(?:py|md|yaml|yml|sh|json|toml|txt|png|csv))(?![\w*<{])")
+# A module of the package cited from inside it (`agents/dqn.py`, `rs_lightning/risk/static.py`).
+PACKAGE_CITED = re.compile(r"`(?:rs_lightning/)?((?:agents|risk|objectives|envs|engine|references|"
+                           r"analysis|app|config)/[\w/]+\.py)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 TAG = re.compile(r"</?([A-Za-z][\w-]*)(\s[^>]*)?/?>")
 ROLE = re.compile(r":(?:py:)?(?:meth|func|class|mod|attr|obj|ref|doc|data|exc):`")
@@ -67,6 +70,8 @@ def missing_targets(page: Path, page_text: str | None = None) -> list[str]:
         if not (page.parent / path).exists():
             missing.append(target)
     missing += [cited for cited in CITED.findall(text) if not (ROOT / cited).exists()]
+    package = ROOT / "src" / "rs_lightning"
+    missing += [cited for cited in PACKAGE_CITED.findall(text) if not (package / cited).exists()]
     return missing
 
 
@@ -84,7 +89,9 @@ def test_the_checks_catch_a_dead_link_a_missing_path_a_tag_and_a_role():
     page = DOCS / "index.md"
     assert missing_targets(page, "[a](guides/nowhere.md) and `src/rs_lightning/nowhere.py`") == [
         "guides/nowhere.md", "src/rs_lightning/nowhere.py"]
+    assert missing_targets(page, "see `agents/nowhere.py`") == ["agents/nowhere.py"]
     assert missing_targets(page, "[a](getting-started.md#install), `conf/train.yaml`, "
+                                 "`agents/dqn.py`, `rs_lightning/risk/static.py`, "
                                  "`outputs/<run>/x.json`, [b](https://example.org)") == []
     assert leaks("outputs in <run>/seed_<s>/") == ["line 1: <run>", "line 1: <s>"]
     assert leaks("see :meth:`act`") == ["line 1: :meth:`"]
