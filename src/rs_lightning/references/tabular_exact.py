@@ -535,3 +535,4 @@ __all__ = [
     "episode_law", "is_acyclic", "maximum", "merged", "padded", "reachable", "state_laws",
     "static_cvar", "static_var", "static_var_bounds", "weighted_sum",
 ]
+
