@@ -83,31 +83,43 @@ def test_the_quick_commands_of_a_page_run_and_write_their_files(page, tmp_path):
     """Each command that trains with debug=quick runs into a folder of its own (a run's
     eval.json, a sweep's jobs); a later command of the same block that names a folder by a
     placeholder (``outputs/multirun/<date>_<time>``) gets that folder, and ``rs-lightning
-    report`` must write its page."""
+    report`` must write its page. A page that copies a folder of ``examples/`` (``cp -r
+    .../examples/<name> ...``) runs its commands in a copy of that folder, as its reader does."""
     import re
     import shlex
+    import shutil
 
     commands = [(b, c) for b, c in shell_commands(page) if is_quick(c)]
     env = dict(os.environ, WANDB_MODE="offline")
     made: dict[int, object] = {}
     python = python_command()
+    cwd = ROOT
+    copied = [re.search(r"\bcp -r \S*examples/(\w+)", c) for _, c in shell_commands(page)]
+    example = next((m.group(1) for m in copied if m), None)
+    if example is not None:
+        cwd = tmp_path / "project"
+        shutil.copytree(ROOT / "examples" / example, cwd,
+                        ignore=shutil.ignore_patterns("outputs", "__pycache__"))
     for number, (block, command) in enumerate(commands):
         words = shlex.split(command)
-        if words[:2] == ["python", "train.py"]:
+        trains = words[:2] in (["python", "train.py"], ["rs-lightning", "train"])
+        if trains:
             sweep = "-m" in words
             folder = tmp_path / f"{'sweep' if sweep else 'run'}_{number}"
-            words = [*python, str(ROOT / "train.py"), *words[2:],
+            start = ([str(ROOT / "train.py")] if words[0] == "python"
+                     else ["-m", "rs_lightning", "train"])
+            words = [*python, *start, *words[2:],
                      f"hydra.{'sweep' if sweep else 'run'}.dir={folder}"]
             made[block] = folder
         elif words[0] == "rs-lightning":
             words = [*python, "-m", "rs_lightning.app.console", *words[1:]]
             words = [str(made[block]) if re.search(r"<[^>]+>", w) else w for w in words]
-        result = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        result = subprocess.run(words, cwd=cwd, capture_output=True, text=True, timeout=600,
                                 env=env, stdin=subprocess.DEVNULL)
         assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
         args = words[len(python):]
-        if args[:1] == [str(ROOT / "train.py")]:
-            written = list(made[block].glob("eval.json")) + list(made[block].glob("*/eval.json"))
+        if trains:
+            written = list(made[block].rglob("eval.json"))  # a job's, a member's
             assert written, f"{command}: no eval.json in {made[block]}"
         if args[2:3] == ["report"]:
             assert (made[block] / "report" / "report.html").is_file(), command
