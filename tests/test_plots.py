@@ -76,7 +76,8 @@ def test_reevaluation_from_the_checkpoint_reproduces_eval_json(quick_run):
     from rs_lightning.app.commands.evaluation import main as evaluate_main
 
     written = (quick_run / "eval.json").read_text()
-    assert evaluate_main([str(quick_run)]) == 0
+    assert evaluate_main([str(quick_run)]) == 2  # eval.json is replaced only on request
+    assert evaluate_main([str(quick_run), "--overwrite"]) == 0
     assert (quick_run / "eval.json").read_text() == written
 
 
