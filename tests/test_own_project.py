@@ -81,3 +81,13 @@ def test_without_the_plugin_the_preset_names_are_refused_naming_the_registered_o
     line, = result.stderr.strip().splitlines()
     assert line.startswith("Error in config: risk: unknown risk measure 'semideviation'; "
                            "allowed: ")
+
+
+def test_a_config_folder_that_does_not_exist_is_one_line(project):
+    result = subprocess.run([*python_command(), "-m", "rs_lightning", "train", "--config-dir",
+                             "nowhere", "debug=quick"], cwd=project, capture_output=True,
+                            text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"Error in config: --config-dir: {project / 'nowhere'} is not a folder (give the folder "
+        "of your own presets)"]

@@ -149,6 +149,10 @@ def describe_hydra_error(error: BaseException) -> ConfigError:
         if group and error.options:
             return ConfigError(group, f"no option {option!r}; allowed: {', '.join(error.options)}")
         return ConfigError(str(error.missing_cfg_file), "config file not found")
+    config_dir = re.match(r"Additional config directory '([^']+)' not found", text)
+    if config_dir:
+        return ConfigError("--config-dir", f"{config_dir.group(1)} is not a folder (give the "
+                                           "folder of your own presets)")
     unknown = re.match(r"Could not override '([^']+)'", text)
     if unknown:
         key = unknown.group(1)
