@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from rs_lightning.app.run_folders import (
     check_inputs,
     check_output_dir_given,
     check_output_folder,
+    check_sweep_folder,
     check_sweep_subdir,
     folder_state,
     sweep_jobs,
@@ -115,10 +118,66 @@ class CheckInputs(Callback):
         def check() -> None:
             check_output_dir_given(config.hydra.sweep.dir, "hydra.sweep.dir")
             check_output_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
+            check_sweep_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
             check_sweep_subdir(OmegaConf.to_container(config.hydra.sweep, resolve=False)
                                .get("subdir"))
+            check_sweep_jobs(config)
 
         _stop_on_bad_input(check)
+
+
+def grid_jobs(config: DictConfig) -> tuple[list[list[str]], str] | None:
+    """The overrides of every job a grid sweeper (Hydra's basic sweeper, or one built on it
+    such as the benchmark's) launches, in its order, and what it said while making them;
+    None for a sweeper that draws its jobs as it goes (Optuna)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.utils import get_class
+
+    try:
+        sweeper = get_class(str(config.hydra.sweeper.get("_target_")))
+        if not issubclass(sweeper, BasicSweeper):
+            return None
+        sweeper = sweeper(max_batch_size=None)
+    except Exception:  # a sweeper that cannot be made so: Hydra's own errors say why
+        return None
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides([*params, *config.hydra.overrides.task])
+    with contextlib.redirect_stderr(io.StringIO()) as said:  # the sweeper says it again
+        batches = sweeper.split_arguments(overrides, None)
+    return [list(job) for batch in batches for job in batch], said.getvalue().strip()
+
+
+def check_sweep_jobs(config: DictConfig) -> None:
+    """ConfigError naming the first job of a grid sweep whose config is refused (its values,
+    environment, budgets, checkpoint: what each job checks first), and the job; or a sweep
+    left without a job. Before the sweep writes its folder, so that one bad value of one job
+    writes nothing."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rs_lightning.app.cli import describe_hydra_error
+
+    found = grid_jobs(config)
+    if found is None:
+        return
+    jobs, said = found
+    if not jobs:
+        raise ConfigError("hydra.sweeper.params", "the sweep has no job left"
+                          + (f" ({said.replace(chr(10), '; ')})" if said else ""))
+    varying = {o.split("=", 1)[0] for o in {o for job in jobs for o in job}
+               if sum(o in job for job in jobs) < len(jobs)}
+    loader = GlobalHydra.instance().config_loader()
+    for number, job in enumerate(jobs):
+        try:
+            check_inputs(_task_config(loader.load_sweep_config(config, job)))
+        except Exception as error:
+            problem = error if isinstance(error, ConfigError) else describe_hydra_error(error)
+            named = " ".join(o for o in job if o.split("=", 1)[0] in varying)
+            raise ConfigError(problem.key, f"{problem.message} (job #{number} of "
+                              f"{len(jobs)}{': ' + named if named else ''}); no job ran"
+                              ) from None
 
 
 class WriteStudyHistory(Callback):

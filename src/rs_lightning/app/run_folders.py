@@ -46,6 +46,8 @@ from rs_lightning.types import Problem
 
 FAILED = "failed.json"
 LOCK = "run.lock"
+# What a run's (or a sweep job's) own folder holds, and a sweep's folder never does.
+RUN_FOLDER_FILES = (".hydra", "config.yaml", FAILED, "eval.json", "checkpoints")
 # Keys that do not change what a run computes: a folder's run may be continued with others.
 UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits", "search_objective")
 
@@ -99,13 +101,14 @@ def check_sweep_subdir(subdir: Any) -> None:
 
 
 def check_job_folder() -> None:
-    """Under Hydra: FolderRefused if the run or sweep folder this job was given is empty, or
-    if a sweep job's folder lies outside its sweep folder."""
+    """Under Hydra: FolderRefused if the run or sweep folder this job was given is empty, if
+    the sweep's folder is a run's, or if a sweep job's folder lies outside its sweep folder."""
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()
     if in_multirun():
         check_output_dir_given(hydra.sweep.dir, "hydra.sweep.dir")
+        check_sweep_folder(hydra.sweep.dir, "hydra.sweep.dir")
         sweep = Path(hydra.sweep.dir).resolve()
         job = Path(hydra.runtime.output_dir).resolve()
         if sweep not in job.parents:
@@ -263,6 +266,21 @@ def check_output_folder(path: Path | str, key: str) -> None:
         ) from None
 
 
+def run_folder_file(path: Path | str) -> str | None:
+    """The first of :data:`RUN_FOLDER_FILES` in ``path``: it is a run's folder; else None."""
+    return next((name for name in RUN_FOLDER_FILES if (Path(path) / name).exists()), None)
+
+
+def check_sweep_folder(path: Path | str, key: str) -> None:
+    """FolderRefused when ``path`` is a run's own folder: a sweep would write its jobs'
+    folders among that run's files."""
+    found = run_folder_file(path)
+    if found is not None:
+        raise FolderRefused(key, f"{path} is the folder of a run (it holds {found}); a sweep "
+                               "writes a folder per job into a folder of its own: give a new "
+                               "folder, or the sweep's")
+
+
 def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
                  run_dir_key: str = "run_dir") -> tuple[ValidatedConfig, int]:
     """Check everything a run needs before it writes anything; returns the validated config (the one
@@ -328,7 +346,7 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
             continue
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # nested past the parser: damaged too
             return None
         return data if _complete(data, key) else None
     return None
@@ -408,7 +426,7 @@ def read_failure(run_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {"error": "unknown", "message": f"{path} is unreadable"}
 
 
@@ -425,7 +443,7 @@ def sweep_jobs(sweep_dir: Path) -> dict[str, list]:
         return (int(head) if head.isdigit() else float("inf"), path.name)
 
     for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=number):
-        if not any((job / name).exists() for name in (".hydra", "config.yaml", FAILED)):
+        if run_folder_file(job) is None:
             continue  # not a job folder
         failure = read_failure(job)
         if failure is not None:

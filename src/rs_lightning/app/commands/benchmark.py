@@ -99,26 +99,57 @@ def parser() -> argparse.ArgumentParser:
     return tool
 
 
+def check_flag_overrides(overrides: list[str]) -> None:
+    """BadInput for an override of what a flag sets (``agent=iqn``: ``--agents``), which the
+    flag's value, given or the preset's, would contradict."""
+    owners = {key: flag for flag, (key, _) in FLAGS.items()}
+    owners.update({"parallel_seeds": "--seeds", "hydra.sweep.dir": "--out",
+                   "experiment": "--preset"})
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        key = key.removeprefix("hydra.sweeper.params.")
+        if key in owners:
+            value = value.removeprefix(PRESET_PREFIX) if key == "experiment" else value
+            raise BadInput(f"{override}: the benchmark sets {key} by {owners[key]}, whose "
+                           "value (given or the preset's) this override would contradict; "
+                           f"write {owners[key]} {value or '...'}")
+
+
 def train_command(args: argparse.Namespace) -> list[str]:
     """The ``rs-lightning train -m ...`` command line of the benchmark ``args`` ask for;
     BadInput naming the flag and the allowed values for a value it refuses."""
+    from rs_lightning.app.run_folders import check_sweep_folder
+    from rs_lightning.config.schema import MAX_PARALLEL_SEEDS, objective_refusal
+    from rs_lightning.errors import ConfigError
+
+    check_flag_overrides(args.overrides)
     preset = read_preset(args.preset)
     allowed = allowed_values(preset)
     sweep = preset["hydra"]["sweeper"]["params"]
     overrides = [f"experiment={PRESET_PREFIX}{args.preset}"]
+    chosen = {}
     for flag, (key, what) in FLAGS.items():
         given = getattr(args, flag[2:])
-        chosen = _names(given if given is not None else sweep[key])
-        unknown = [name for name in chosen if name not in allowed[flag]]
-        if unknown or not chosen:
+        chosen[flag] = _names(given if given is not None else sweep[key])
+        unknown = [name for name in chosen[flag] if name not in allowed[flag]]
+        if unknown or not chosen[flag]:
             problem = f"no {what} {unknown[0]!r}" if unknown else "empty"
             raise BadInput(f"{flag}: {problem}; allowed: {', '.join(allowed[flag])}")
-        overrides.append(f"{key}={','.join(chosen)}")
+        overrides.append(f"{key}={','.join(chosen[flag])}")
+    refusals = [objective_refusal(agent, objective) for agent in chosen["--agents"]
+                for objective in chosen["--objectives"]]
+    if all(refusals):  # the sweep would leave out every job
+        raise BadInput(f"--objectives: no job is left with these --agents: {refusals[0]}")
     seeds = args.seeds if args.seeds is not None else int(preset["parallel_seeds"])
-    if seeds < 1:
-        raise BadInput(f"--seeds: {seeds}; allowed: a whole number >= 1")
+    if not 1 <= seeds <= MAX_PARALLEL_SEEDS:
+        raise BadInput(f"--seeds: {seeds}; allowed: a whole number from 1 to "
+                       f"{MAX_PARALLEL_SEEDS} (the bound of parallel_seeds)")
     overrides.append(f"parallel_seeds={seeds}")
     out = args.out if args.out is not None else preset["hydra"]["sweep"]["dir"]
+    try:
+        check_sweep_folder(out, "--out")
+    except ConfigError as error:
+        raise BadInput(str(error)) from None
     overrides.append(f"hydra.sweep.dir={out}")
     # The installed command (rs-lightning train), not a checkout's train.py.
     return [sys.executable, "-m", "rs_lightning", "train", "-m", *overrides, *args.overrides]
