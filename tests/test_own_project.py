@@ -18,11 +18,17 @@ QUICK = ["trainer.max_steps=300", "evaluation.every_n_steps=150", "evaluation.ep
          "evaluation.episodes_during_training=100", "trainer.checkpoint_every_n_steps=150"]
 
 
-def _train(project, *overrides):
+def _train(project, *overrides, preset=("--config-dir", "conf", "experiment=risky_choice")):
     return subprocess.run(
-        [*python_command(), "-m", "rs_lightning", "train", "--config-dir", "conf",
-         "experiment=risky_choice", *QUICK, *overrides],
+        [*python_command(), "-m", "rs_lightning", "train", *preset, *QUICK, *overrides],
         cwd=project, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def _refusal(result) -> str:
+    """The one line of a refused command (exit status 2)."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    line, = result.stderr.strip().splitlines()
+    return line
 
 
 @pytest.fixture(scope="module")
@@ -62,32 +68,20 @@ def test_a_tool_that_loads_the_run_imports_its_plugins_from_its_config(project):
 
 
 def test_a_plugin_that_is_not_found_or_fails_is_one_line(project):
-    missing = _train(project, "plugins=[no_such_module]")
-    assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines() == [
+    assert _refusal(_train(project, "plugins=[no_such_module]")) == (
         f"Error in config: plugins: no module 'no_such_module' (neither installed nor in "
-        f"{project}: run in the folder that holds it, or add it to PYTHONPATH)"]
+        f"{project}: run in the folder that holds it, or add it to PYTHONPATH)")
     (project / "broken.py").write_text("raise RuntimeError('no licence server')\n")
-    broken = _train(project, "plugins=[broken]")
-    assert broken.returncode == 2
-    line, = broken.stderr.strip().splitlines()
-    assert line.startswith("Error in config: plugins: 'broken' failed on import: RuntimeError: "
+    assert _refusal(_train(project, "plugins=[broken]")).startswith("Error in config: plugins: 'broken' failed on import: RuntimeError: "
                            "no licence server (")
 
 
 def test_without_the_plugin_the_preset_names_are_refused_naming_the_registered_ones(project):
-    result = _train(project, "plugins=[]")
-    assert result.returncode == 2
-    line, = result.stderr.strip().splitlines()
-    assert line.startswith("Error in config: risk: unknown risk measure 'semideviation'; "
+    assert _refusal(_train(project, "plugins=[]")).startswith("Error in config: risk: unknown risk measure 'semideviation'; "
                            "allowed: ")
 
 
 def test_a_config_folder_that_does_not_exist_is_one_line(project):
-    result = subprocess.run([*python_command(), "-m", "rs_lightning", "train", "--config-dir",
-                             "nowhere", "debug=quick"], cwd=project, capture_output=True,
-                            text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
+    assert _refusal(_train(project, preset=("--config-dir", "nowhere"))) == (
         f"Error in config: --config-dir: {project / 'nowhere'} is not a folder (give the folder "
-        "of your own presets)"]
+        "of your own presets)")
