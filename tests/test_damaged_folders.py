@@ -63,6 +63,9 @@ def test_evaluation_takes_a_folder_whose_name_holds_an_equals_sign(finished_run,
     ("config_tag", "config.yaml: not a readable config"),
     ("config_malformed", "config.yaml: not a readable config"),
     ("config_list", "config.yaml: holds a list"),
+    ("config_empty", "config.yaml: empty, not a run's config"),
+    ("config_sectionless", "config.yaml: not a run's config (no env or agent section)"),
+    ("eval_nested", "eval.json: unreadable (RecursionError"),
     ("eval_binary", "eval.json: unreadable"),
     ("eval_list", "eval.json: holds a list, not a JSON object"),
     ("eval_directory", "eval.json: not a regular file"),
@@ -86,6 +89,12 @@ def test_a_damaged_file_is_one_line_and_the_table_exits_non_zero(finished_run, t
         path.write_text("- 1\n- 2\n" if what == "config" else "[1, 2]")
     elif how == "binary":
         path.write_bytes(b"\x00\xff\xfe binary \x80")
+    elif how == "empty":
+        path.write_text("")
+    elif how == "sectionless":
+        path.write_text("seed: 0\nalpha: 0.5\n")
+    elif how == "nested":  # deeper than the JSON parser's recursion goes
+        path.write_text('{"expectation": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert results([str(sweep)]) == 1
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if line.startswith("warning")]
@@ -96,13 +105,38 @@ def test_a_damaged_file_is_one_line_and_the_table_exits_non_zero(finished_run, t
     assert (sweep / "results.md").is_file()
 
 
+@pytest.mark.parametrize("name, content, expected", [
+    ("eval.json", "[1, 2]", "eval.json: holds a list"),
+    ("eval.json", "[" * 100_000 + "]" * 100_000, "eval.json: unreadable (RecursionError"),
+    ("config.yaml", "", "config.yaml: empty, not a run's config"),
+])
 def test_the_report_also_names_the_damaged_file_and_exits_non_zero(finished_run, tmp_path,
-                                                                    capsys):
+                                                                    capsys, name, content,
+                                                                    expected):
     sweep = sweep_of(finished_run, tmp_path)
-    (sweep / "1_seed=1" / "eval.json").write_text("[1, 2]")
+    (sweep / "1_seed=1" / name).write_text(content)
     assert report([str(sweep), "--wandb", "off"]) == 1
     err = capsys.readouterr().err
-    assert "eval.json: holds a list" in err and "Traceback" not in err
+    warnings = [line for line in err.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and expected in warnings[0] and "1_seed=1" in warnings[0]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("alpha: !!python/object/apply:os.getcwd []\n", "not a readable config (ConstructorError"),
+    ("", "empty, not a run's config"),
+    ("agent: {name: dqn\n", "not a readable config (ParserError"),
+])
+def test_evaluate_names_a_damaged_config_in_one_line(finished_run, tmp_path, capsys, content,
+                                                     expected):
+    run_dir = shutil.copytree(finished_run, tmp_path / "run")
+    (run_dir / "config.yaml").write_text(content)
+    before = (run_dir / "eval.json").read_bytes()
+    assert evaluate([str(run_dir), "--episodes", "5"]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err) == f"error: {run_dir / 'config.yaml'}: " + err.split(": ", 2)[2].strip()
+    assert expected in err and "Traceback" not in err
+    assert (run_dir / "eval.json").read_bytes() == before
 
 
 def test_a_job_with_its_files_removed_is_named(finished_run, tmp_path, capsys):

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from rs_lightning.analysis.plots import _pyplot, _save
+from rs_lightning.analysis.results import read_json_object
 from rs_lightning.analysis.runs import load_run
 from rs_lightning.engine.rollout import learning_reward
 from rs_lightning.envs.cliff_walking import COLUMNS, ROWS
@@ -114,7 +115,7 @@ def heatmap_panel(run_dir: Path, episodes: int) -> tuple[str, np.ndarray]:
     runs = [run for run in runs if (run / "eval.json").is_file()]
     if not runs:
         raise FileNotFoundError(f"heatmap: {run_dir} holds no finished run (no eval.json)")
-    results = [json.loads((run / "eval.json").read_text()) for run in runs]
+    results = [read_json_object(run / "eval.json") for run in runs]  # DamagedFile: one line
     counts = sum(greedy_visits(run, episodes) for run in runs)
     name = run_dir.name if len(run_dir.name) <= 30 else run_dir.name[:27] + "..."
     mean = {key: float(np.mean([r.get(key, np.nan) for r in results]))

@@ -35,6 +35,7 @@ from rs_lightning.analysis.stats import (
     interval_estimates,
 )
 from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.errors import ConfigError
 from rs_lightning.files import run_files
 
 # The paper's Table 2 (E[S], VaR_0.1[S], U[S] with alpha 0.5 and R = VaR): DQN learns the
@@ -115,7 +116,8 @@ def read_json_object(path: Path, required: str | None = None) -> dict[str, Any]:
         raise DamagedFile(f"{path}: not a regular file (a run writes its own)")
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        # RecursionError: arrays or objects nested deeper than the parser goes
         raise DamagedFile(f"{path}: unreadable ({type(error).__name__}: "
                           f"{str(error).splitlines()[0][:120]})") from None
     if not isinstance(data, dict):
@@ -216,28 +218,23 @@ def read_config(run_dir: Path) -> Optional[dict[str, Any]]:
     """The resolved config of the run in ``run_dir`` in the current format (None without a
     ``config.yaml``), or :class:`DamagedFile` naming the file when it is not a run's config
     (:class:`~rs_lightning.config.migrations.NewerFormat` for a run of a newer version)."""
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
 
-    from rs_lightning.config.migrations import migrate_config
+    from rs_lightning.config.migrations import NewerFormat, read_run_config
 
     path = Path(run_dir) / "config.yaml"
     if not (path.exists() or path.is_symlink()):
         return None
-    if path.is_symlink() or not path.is_file():
-        raise DamagedFile(f"{path}: not a regular file (a run writes its own)")
     try:
-        # OmegaConf's loader is a safe one: a tag (!!python/...) is refused, not run.
-        loaded = OmegaConf.load(path)
-        if not isinstance(loaded, DictConfig):
-            raise DamagedFile(f"{path}: holds a list, not a run's config")
-        config = OmegaConf.to_container(loaded, resolve=True)
-    except DamagedFile:
+        return OmegaConf.to_container(read_run_config(path), resolve=True)
+    except NewerFormat:
         raise
-    except Exception as error:  # YAML, OmegaConf and decoding errors alike: name the file
+    except ConfigError as error:  # the one reader's verdict on the file, naming it
+        raise DamagedFile(str(error)) from None
+    except Exception as error:  # an interpolation that does not resolve
         first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
         raise DamagedFile(f"{path}: not a readable config ({type(error).__name__}: {first})"
                           ) from None
-    return migrate_config(config, str(path))
 
 
 def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import datetime
 import fcntl
 import json
 import os
+import shlex
 import socket
 import sys
 import tempfile
@@ -72,6 +73,45 @@ def output_key() -> str:
     if not HydraConfig.initialized():
         return "run_dir"
     return "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+
+
+def hydra_quoted(value: str) -> str:
+    """``value`` as one quoted value of Hydra's override grammar: a folder's name holding ``=``
+    or ``,`` (``<date>_alpha=0.3,risk=cvar``) is otherwise read as more than one value.
+    A quote is escaped, and so are the backslashes before a quote or at the end."""
+    out, backslashes = [], 0
+    for char in value:
+        if char == "\\":
+            backslashes += 1
+            continue
+        out.append("\\" * (2 * backslashes if char == '"' else backslashes))
+        backslashes = 0
+        out.append('\\"' if char == '"' else char)
+    return '"' + "".join(out) + "\\" * (2 * backslashes) + '"'
+
+
+def resume_command() -> str | None:
+    """The command that resumes this job, shell-quoted, where the same command would not: a
+    folder Hydra named by the date (``outputs/runs/<date>_<overrides>``) is new at every
+    start, so the command gives it as ``hydra.run.dir`` (``hydra.sweep.dir``), quoted for
+    Hydra and for the shell. None where the command line gave the folder."""
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    key = "hydra.sweep.dir" if in_multirun() else "hydra.run.dir"
+    given = [o.lstrip("+~").split("=", 1)[0] for o in hydra.overrides.hydra]
+    if key in given:
+        return None
+    folder = hydra.sweep.dir if in_multirun() else hydra.run.dir
+    program = sys.argv[0]
+    program = (["python", program] if program.endswith(".py") else program.split()
+               if program.startswith("rs-lightning") else ["rs-lightning", "train"])
+    if in_multirun():  # the sweep's own command line: this process's
+        arguments = [a for a in sys.argv[1:] if not a.lstrip("+").startswith(key + "=")]
+    else:
+        arguments = [*hydra.overrides.task, *(o for o in hydra.overrides.hydra
+                                              if o.split("=", 1)[0] != "hydra.mode")]
+    return shlex.join([*program, *arguments, f"{key}={hydra_quoted(str(folder))}"])
 
 
 class FolderRefused(ConfigError):

@@ -159,9 +159,21 @@ def read_run_config(path: Path | str) -> DictConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.yaml"
-    loaded = OmegaConf.load(path)
+    if path.is_symlink() or not path.is_file():
+        raise ConfigError(str(path), "not a regular file (a run writes its own)")
+    try:
+        # OmegaConf's loader is a safe one: a tag (!!python/...) is refused, not run.
+        loaded = OmegaConf.load(path)
+    except Exception as error:  # YAML, decoding and OS errors alike: name the file
+        first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        raise ConfigError(str(path), f"not a readable config ({type(error).__name__}: "
+                          f"{first})") from None
     if not isinstance(loaded, DictConfig):
         raise ConfigError(str(path), "holds a list, not a run's config")
+    missing = [key for key in ("env", "agent") if key not in loaded]
+    if missing:
+        raise ConfigError(str(path), "empty, not a run's config" if not loaded else
+                          f"not a run's config (no {' or '.join(missing)} section)")
     return OmegaConf.create(migrate_config(OmegaConf.to_container(loaded), str(path)))
 
 

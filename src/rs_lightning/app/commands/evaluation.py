@@ -49,7 +49,7 @@ def describe(path: Path) -> str:
     try:
         summary = json.loads(path.read_text())
         return f"{summary['episodes']} episodes at update {summary['steps']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "unreadable"
 
 
