@@ -141,3 +141,53 @@ def test_exit_statuses_are_those_a_shell_reports():
     assert child_status(-signal.SIGKILL) == 137 and child_status(2) == 2
     status, stopped = run_child([sys.executable, "-c", "raise SystemExit(3)"])
     assert (status, stopped) == (3, None)
+
+
+# ----------------------------------------------------------------------------- the resume recipe
+@pytest.mark.parametrize("folder", [
+    "outputs/runs/2026-11-29_04-11-06_alpha=0.3,risk=cvar",
+    'outputs/runs/x_env.kwargs=[1,2],+y="z w",back\\slash\\', "it's \\\"quoted\\\"\\"])
+def test_a_folder_name_quoted_for_hydra_reads_back_whole(folder):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rs_lightning.app.run_folders import hydra_quoted
+
+    (override,) = OverridesParser.create().parse_overrides([f"hydra.run.dir={hydra_quoted(folder)}"])
+    assert override.value() == folder and not override.is_sweep_override()
+
+
+@pytest.mark.slow  # two runs, about a minute on a busy 2-core machine
+def test_a_run_in_a_dated_folder_prints_the_command_that_resumes_it(tmp_path):
+    """Run again, the same command would start a new dated folder: the line gives the
+    command with the folder, quoted for Hydra (its name holds '=' and ',') and for the
+    shell, and that command, split as a shell splits it, resumes the run."""
+    import shlex
+
+    from tests.conftest import ROOT
+    from tests.warm_python import command as python_command
+
+    overrides = ["agent=dqn", "alpha=0.3", "risk=cvar", "debug=quick", "logger=none",
+                 "callbacks.progress_bar=false", "evaluation.every_n_steps=0",
+                 "evaluation.episodes=100"]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        run = subprocess.Popen([*python_command(), str(ROOT / "train.py"), *overrides],
+                               cwd=tmp_path, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=stderr)
+        _wait_for(lambda: any(tmp_path.glob("outputs/runs/*/checkpoints/step*.ckpt")), run, 240)
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=60)
+    assert run.returncode == 143
+    (folder,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert "_agent=dqn,alpha=0.3," in folder.name  # the name Hydra's parser splits
+    (line,) = [line for line in log.read_text().splitlines() if line.startswith("Stopped")]
+    head, command = line.split("; resume it with: ")
+    assert command == shlex.join(["python", str(ROOT / "train.py"), *overrides]) + (
+        f" 'hydra.run.dir=\"outputs/runs/{folder.name}\"'")
+    words = shlex.split(command)
+    again = subprocess.run([*python_command(), *words[1:]], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"[rs_lightning] resuming {folder} from last.ckpt" in again.stderr
+    assert [p.name for p in (tmp_path / "outputs" / "runs").iterdir()] == [folder.name]
+    assert (folder / "eval.json").is_file()

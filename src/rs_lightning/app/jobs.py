@@ -43,6 +43,7 @@ from rs_lightning.app.run_folders import (
     in_multirun,
     output_key,
     record_hydra_config,
+    resume_command,
     resuming_from,
     run_directory,
 )
@@ -84,8 +85,9 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         saved = newest_checkpoint(run_dir)
         where = f"{saved[0]} (update {saved[1]})" if saved else "no checkpoint"
         name = getattr(error, "signal_name", "SIGTERM")
-        print(f"Stopped by {name}: the run's state is in {where}; the same command resumes it",
-              file=sys.stderr)
+        again = resume_command()
+        resume = f"resume it with: {again}" if again else "the same command resumes it"
+        print(f"Stopped by {name}: the run's state is in {where}; {resume}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED) from None
     except Exception as error:
         if in_multirun() and isinstance(error, FolderInUse):
@@ -180,8 +182,10 @@ def describe_os_error(error: OSError, run_dir: Path) -> str:
             else "no checkpoint had been written yet")
     where = f": {error.filename}" if error.filename else ""
     advice = _WRITE_ADVICE.get(error.errno, "fix the cause")
+    again = resume_command()
+    resume = f"resume it with: {again}" if again else "run the same command: it resumes from there"
     return (f"{error.strerror or error}{where}; the run stopped and {kept}. {advice[0].upper()}"
-            f"{advice[1:]}, then run the same command: it resumes from there")
+            f"{advice[1:]}, then {resume}")
 
 
 def record_failure(run_dir: Path, error: BaseException) -> None:
