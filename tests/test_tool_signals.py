@@ -152,7 +152,8 @@ def test_a_folder_name_quoted_for_hydra_reads_back_whole(folder):
 
     from rs_lightning.app.run_folders import hydra_quoted
 
-    (override,) = OverridesParser.create().parse_overrides([f"hydra.run.dir={hydra_quoted(folder)}"])
+    parser = OverridesParser.create()
+    (override,) = parser.parse_overrides([f"hydra.run.dir={hydra_quoted(folder)}"])
     assert override.value() == folder and not override.is_sweep_override()
 
 

@@ -96,9 +96,12 @@ class CheckInputs(Callback):
     """Check a run's inputs before Hydra creates or writes its folder.
 
     Hydra creates the run folder before the task starts; a bad value, checkpoint or folder
-    reported here, before that, leaves no empty folder behind. In a multirun, the sweep folder is checked at the start; each job
-    checks its own config (a bad one fails that job only). The job repeats every check
-    itself (rs_lightning.app.jobs), so a command line without this callback is no less safe.
+    reported here, before that, leaves no empty folder behind. In a multirun, the sweep folder
+    and the config of every job of a grid sweep are checked at the start, before the sweep
+    writes its folder: one bad job stops the sweep before any job runs (Optuna draws its
+    trials as it goes: each is checked as it starts). The job repeats every check itself
+    (rs_lightning.app.jobs), so a command line without this callback is no less safe: there
+    a bad job fails alone, with its failed.json.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
