@@ -14,6 +14,7 @@ import pytest
 from rs_lightning.engine.callbacks import (
     TrainingProgress,
     compact_number,
+    progress_legend,
     progress_line,
     terminal_width,
 )
@@ -80,14 +81,45 @@ def test_without_a_terminal_size_plain_lines_keep_the_last_evaluation(compose, t
                    "evaluation.every_n_steps=100", "evaluation.episodes=20",
                    "evaluation.episodes_during_training=20"])
     run(cfg, tmp_path)
-    lines = [line for line in capfd.readouterr().err.splitlines()
-             if re.match(r"\[rs_lightning\] \d+/150 ", line)]
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if re.match(r"\[rs_lightning\] \d+/150 ", line)]
+    # The legend first, once; the final evaluation once, on one line.
+    assert err.count("[rs_lightning] progress: ") == 1
+    assert err.index("[rs_lightning] progress: ") < err.index(lines[0])
+    assert "eps random-action share" in err and "W1 " in err
+    final = [line for line in err.splitlines() if "E=" in line or "expectation" in line]
+    assert len(final) == 1 and final[0].startswith(
+        "[rs_lightning] final evaluation of dqn on rs_lightning/RiskyRewards-v0, 20 episodes: E=")
     assert [line.split()[1] for line in lines] == ["100/150", "150/150"], lines
     evaluated = lines[0].split("| eval ")[1]
     assert evaluated.startswith("U ") and "R_s" in evaluated
     assert lines[1].split("| eval ")[1] == evaluated
     assert all(line.count("/s ") == 1 for line in lines)
     assert (tmp_path / "policy.png").is_file()  # a grid world's policy, drawn at the end
+
+
+def test_the_legend_names_epsilon_only_for_an_agent_that_explores_by_it():
+    assert progress_legend(True).startswith("progress: updates/total, updates/s, ")
+    assert "eps " in progress_legend(True) and "eps " not in progress_legend(False)
+    # Every label of the line is in the legend.
+    line = progress_line(150, 300, 14.62, 10.3, METRICS, None)
+    labels = {word for word in line.split() if word[0].isalpha() and word != "eval"}
+    assert labels <= set(progress_legend(True).replace(",", " ").split())
+
+
+def test_an_actor_critic_run_shows_no_epsilon(compose, tmp_path, capfd):
+    """Actor-critics act on their own sample, not epsilon-greedy: no eps in their line or
+    legend."""
+    from rs_lightning.app.train import run
+
+    cfg = compose(["agent=dsac", "env=pendulum", "debug=quick", "logger=none",
+                   "trainer.max_steps=60", "learning.warmup_steps=20",
+                   "evaluation.episodes=2", "evaluation.episodes_during_training=2"])
+    run(cfg, tmp_path)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if re.match(r"\[rs_lightning\] \d+/60 ", line)]
+    assert lines and not any(" eps " in line for line in lines), lines
+    assert "[rs_lightning] progress: " in err and "random-action share" not in err
 
 
 def test_terminal_width_is_known_only_on_a_terminal(monkeypatch):
@@ -103,8 +135,9 @@ def test_terminal_width_is_known_only_on_a_terminal(monkeypatch):
     os.close(parent)
 
 
-def test_the_evaluation_bar_writes_one_plain_line_where_stderr_is_no_terminal(capsys):
-    """A log file or a pipe gets no carriage-return frames of the bar, one line instead."""
+def test_the_evaluation_bar_writes_nothing_where_stderr_is_no_terminal(capsys):
+    """A log file or a pipe gets no carriage-return frames of the bar and no line of its
+    own: the caller prints the figures once."""
     import torch
     from omegaconf import OmegaConf
 
@@ -115,7 +148,4 @@ def test_the_evaluation_bar_writes_one_plain_line_where_stderr_is_no_terminal(ca
                             "gamma": 0.9, "grid_size": 3})
     right = lambda obs: torch.zeros(len(obs), dtype=torch.long)  # noqa: E731
     evaluate_policy(right, env, Utility(1.0), 0.1, 1200, seed=0, batch_envs=100, progress=True)
-    err = capsys.readouterr().err
-    assert "\r" not in err
-    (line,) = err.strip().splitlines()
-    assert line.startswith("evaluation: 1200 episodes in ") and "E=" in line
+    assert capsys.readouterr().err == ""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -188,16 +187,15 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
 
 class _EpisodeProgress:
     """A tqdm bar over evaluation episodes with the running mean of S and R_s, on a
-    terminal; elsewhere (a log file, a pipe) one plain line when it ends, not the bar's
-    carriage-return frames."""
+    terminal only, cleared when it ends: the caller prints the figures once. Elsewhere (a
+    log file, a pipe) nothing, no carriage-return frames."""
 
     def __init__(self, episodes: int, refresh_every: int = 500) -> None:
         from tqdm.auto import tqdm
 
         self.in_place = sys.stderr.isatty()
-        self.started = time.perf_counter()
         self.bar = tqdm(total=episodes, desc="evaluation", unit="episode", dynamic_ncols=True,
-                        disable=not self.in_place)
+                        disable=not self.in_place, leave=False)
         self.refresh_every = refresh_every
         self.count = 0
         self.return_sum = 0.0
@@ -220,12 +218,6 @@ class _EpisodeProgress:
     def close(self) -> None:
         self.bar.update(self.count - self.bar.n)
         self.bar.close()
-        if not self.in_place and self.count:
-            shown = f"E={self.return_sum / self.count:.3g}"
-            if self.outcome_count:
-                shown += f" R_s={self.outcome_sum / self.outcome_count:.3g}"
-            print(f"evaluation: {self.count} episodes in "
-                  f"{time.perf_counter() - self.started:.1f} s, {shown}", file=sys.stderr)
 
 
 def summarize_returns(
@@ -455,9 +447,11 @@ def evaluate_at_setting(run, setting: dict[str, float], episodes: int | None = N
                               batch_envs=train.evaluation.batch_envs)
     summary.update(exact_policy_metrics(policy.greedy, train.env, policy.utility, rho) or {})
     conditioned = bool(run.run_config.agent.risk_conditioned)
+    meaning = (SETTING_MEANING[conditioned] if policy.utility != run.module.utility
+               else "the run's own setting")
     summary.update(policy.utility.params, agent=run.run_config.agent.name, env=train.env.id,
                    seed=train.seed, steps=run.steps, env_steps=run.env_steps,
-                   risk_conditioned=conditioned, meaning=SETTING_MEANING[conditioned])
+                   risk_conditioned=conditioned, meaning=meaning)
     if train.env.grid_size:
         summary["policy"] = grid_policy_table(policy.greedy, train.env.grid_size)
     path = setting_file(run.run_dir, setting)

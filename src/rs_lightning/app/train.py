@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-import logging
 import os
 import signal
 import socket
@@ -59,8 +58,6 @@ from rs_lightning.files import (
     write_json_atomic,
     write_text_atomic,
 )
-
-log = logging.getLogger("rs_lightning")
 
 
 def member_folder(run_dir: Path, seed: int) -> Path:
@@ -249,12 +246,11 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
     if module.skipped_updates:
         print(f"[rs_lightning] {module.skipped_updates} updates with a non-finite loss or "
               "gradient were skipped (learning.on_non_finite=skip)", file=sys.stderr)
+    # The final evaluation, once per seed (eval.json keeps every figure and digit).
     for seed, summary, folder in zip(seeds, summaries, folders):
-        log.info("eval: %s", {k: float(f"{summary[k]:.6g}")  # eval.json keeps every digit
-                              for k in ("expectation", "var", "cvar", "utility")})
         print(
-            f"[rs_lightning] {run_config.agent.name} on {train.env.id}"
-            + ("" if single else f" seed {seed}") + ": "
+            f"[rs_lightning] final evaluation of {run_config.agent.name} on {train.env.id}"
+            + ("" if single else f" seed {seed}") + f", {summary['episodes']} episodes: "
             f"E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
             f"CVaR={summary['cvar']:.3f}"
             + ("" if run_config.utility.risk in ("var", "cvar") or "risk_value" not in summary

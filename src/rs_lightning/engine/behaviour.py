@@ -54,6 +54,8 @@ class EpsilonGreedy(MemberExploration):
     N copies (NumPy arrays; module docstring). ``learning`` holds the schedule
     (``epsilon_*`` keys)."""
 
+    explores_by_epsilon = True  # the training logs and the progress line show epsilon
+
     def __init__(self, seeds: list[int], n_actions: int, learning) -> None:
         super().__init__(seeds, learning.epsilon_start)
         self.n_actions = n_actions
@@ -91,7 +93,10 @@ class ActorSampling(MemberExploration):
     random start), then the actor's own sample, ``policy(obs, noise)``, whose standard
     normal ``noise[K, N, d]`` is drawn from member k's generator in the order of its
     copies (so a member acts as a run of its seed alone, and a resume repeats the draws).
-    ``epsilon`` reads 1 while the actions are uniform, 0 after."""
+    ``epsilon`` reads 1 while the actions are uniform, 0 after: no exploration rate, so it
+    is neither logged nor shown."""
+
+    explores_by_epsilon = False
 
     def __init__(self, seeds: list[int], action_dim: int, learning) -> None:
         super().__init__(seeds, 1.0)

@@ -44,16 +44,16 @@ def clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
-# What the progress line shows: (metric, label, group), in display order. The group "eval"
-# holds the last periodic evaluation's values, kept until the next one.
+# What the progress line shows: (metric, label, group, meaning), in display order. The group
+# "eval" holds the last periodic evaluation's values, kept until the next one.
 PROGRESS_FIELDS = (
-    ("train/epsilon", "eps", "train"),
-    ("train/episode_return", "ret", "train"),
-    ("train/risk_outcome", "R_s", "train"),
-    ("eval/utility", "U", "eval"),
-    ("eval/expectation", "E", "eval"),
-    ("eval/risk_outcome", "R_s", "eval"),
-    ("eval/w1_greedy", "W1", "eval"),
+    ("train/epsilon", "eps", "train", "random-action share"),
+    ("train/episode_return", "ret", "train", "recent training return"),
+    ("train/risk_outcome", "R_s", "train", "its risk outcome"),
+    ("eval/utility", "U", "eval", "utility"),
+    ("eval/expectation", "E", "eval", "mean return"),
+    ("eval/risk_outcome", "R_s", "eval", "risk outcome"),
+    ("eval/w1_greedy", "W1", "eval", "error of the learnt return law"),
 )
 # Which fields a narrow line keeps first (the rest, last first, make way): the steps and
 # rate, then R_s and U, the quantities a risk-sensitive run is about.
@@ -72,8 +72,8 @@ def progress_line(step: int, total: int, rate: float | None, elapsed: float,
     if rate is not None and rate > 0:
         fields["rate"] = f"{compact_number(rate)}/s"
         fields["time"] = f"{clock(elapsed)}<{clock((total - step) / rate)}"
-    groups = {name: group for name, _, group in PROGRESS_FIELDS}
-    for name, label, _ in PROGRESS_FIELDS:
+    groups = {name: group for name, _, group, _ in PROGRESS_FIELDS}
+    for name, label, _, _ in PROGRESS_FIELDS:
         if name in metrics:
             fields[name] = f"{label} {compact_number(metrics[name])}"
 
@@ -96,6 +96,18 @@ def progress_line(step: int, total: int, rate: float | None, elapsed: float,
         kept.discard(name)
         line = render(kept)
     return line if width is None else line[:width]
+
+
+def progress_legend(shows_epsilon: bool) -> str:
+    """What each figure of the progress line means, in one line shown once at the start
+    (epsilon only for an agent that explores by it)."""
+    parts = {"train": [], "eval": []}
+    for name, label, group, meaning in PROGRESS_FIELDS:
+        if name != "train/epsilon" or shows_epsilon:
+            parts[group].append(f"{label} {meaning}")
+    return ("progress: updates/total, updates/s, time spent<left, "
+            + ", ".join(parts["train"]) + " | eval (the last, greedy policy): "
+            + ", ".join(parts["eval"]))
 
 
 def terminal_width(stream) -> int | None:
@@ -146,9 +158,10 @@ class RewardOutsideSupport(pl.Callback):
 
 
 class TrainingProgress(pl.Callback):
-    """Training progress over gradient updates: updates per second, time, epsilon, the recent
-    training return and R_s, and the last evaluation's U, E (mean return), R_s and W1 (kept
-    until the next evaluation).
+    """Training progress over gradient updates: updates per second, time, epsilon (an
+    epsilon-greedy agent's), the recent training return and R_s, and the last evaluation's U,
+    E (mean return), R_s and W1 (kept until the next evaluation); what each means in a legend
+    line at the start (:func:`progress_legend`).
 
     On a terminal of known width, one line redrawn in place every ``refresh_seconds``, fitted
     to the width (:func:`progress_line`). Anywhere else (not a terminal, no size: logs,
@@ -175,6 +188,10 @@ class TrainingProgress(pl.Callback):
         return self.width is not None
 
     def on_train_start(self, trainer, pl_module) -> None:
+        behaviour = getattr(pl_module, "behaviour", None)
+        self.stream.write("[rs_lightning] " + progress_legend(
+            getattr(behaviour, "explores_by_epsilon", True)) + "\n")
+        self.stream.flush()
         self._start = (time.perf_counter(), trainer.global_step)
         self._last_shown = self._start[0]
 

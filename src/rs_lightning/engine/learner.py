@@ -414,10 +414,11 @@ class QLearning(pl.LightningModule):
             metrics = {
                 "train/loss": loss_values[k],
                 "train/grad_norm": norm_values[k],
-                "train/epsilon": self.epsilon,
                 "train/env_steps": float(env_steps),
                 "train/steps_per_second": steps_per_second,
             }
+            if self.behaviour.explores_by_epsilon:  # an actor's own sample has no epsilon
+                metrics["train/epsilon"] = self.epsilon
             metrics.update({f"train/{name}": values[k] for name, values in agent_values.items()})
             returns, outcomes = self._window_returns[k], self._window_outcomes[k]
             if returns:
