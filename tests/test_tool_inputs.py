@@ -164,6 +164,8 @@ def test_no_setting_is_reported_for_a_policy_that_cannot_depend_on_it(runs, tmp_
     with pytest.raises(ValueError, match="actor-critic"):
         rs_lightning.load_agent(tqc).at(alpha=1.0)
     assert evaluation.main([str(tqc), f"alpha={own}", "--episodes", "2"]) == 0
+    assert json.loads((tqc / f"eval_alpha={own:g}.json").read_text())["meaning"] == (
+        "the run's own setting")
 
 
 def test_frontier_pools_only_seeds_of_one_setting(runs, tmp_path, capsys):

@@ -18,7 +18,6 @@ from rs_lightning.analysis.evaluation import (
     check_setting,
     evaluate_at_setting,
     evaluate_run,
-    fixed_policy_reason,
     parse_setting,
     setting_file,
     setting_keys,
@@ -98,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                                            steps=run.steps, env_steps=run.env_steps,
                                            episodes=args.episodes)
                 note = ("" if not setting or run.run_config.agent.risk_conditioned
-                        or fixed_policy_reason(run.module) else
-                        " (the run's one learned law re-weighed with this setting)")
+                        or summary["meaning"] == "the run's own setting" else
+                        f" ({summary['meaning']})")
                 print(f"{target}: E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
                       f"CVaR={summary['cvar']:.3f} U={summary['utility']:.3f}{note}{replaced}")
     except (FileNotFoundError, ValueError) as error:
