@@ -329,8 +329,9 @@ def test_the_frontier_says_where_it_is_on_a_world_of_long_episodes(compose, tmp_
     from rs_lightning.app.commands import frontier
     from rs_lightning.app.train import run
 
-    run(compose(["experiment=risky_navigation", "debug=quick", "logger=none",
-                 "callbacks.progress_bar=false", "trainer.max_steps=20",
+    # Risk-conditioned: a frontier of an actor that is not is refused (one policy throughout).
+    run(compose(["experiment=risky_navigation", "agent.risk_conditioned=true", "debug=quick",
+                 "logger=none", "callbacks.progress_bar=false", "trainer.max_steps=20",
                  "learning.warmup_steps=10", "learning.batch_size=8", "evaluation.episodes=4",
                  "evaluation.every_n_steps=0", "evaluation.batch_envs=4"]),
         run_dir=tmp_path / "run")
