@@ -129,6 +129,9 @@ class CheckInputs(Callback):
         _stop_on_bad_input(check)
 
 
+MANY_JOBS = 20  # a sweep of this many jobs says that it checks them first
+
+
 def grid_jobs(config: DictConfig) -> tuple[list[list[str]], str] | None:
     """The overrides of every job a grid sweeper (Hydra's basic sweeper, or one built on it
     such as the benchmark's) launches, in its order, and what it said while making them;
@@ -171,6 +174,9 @@ def check_sweep_jobs(config: DictConfig) -> None:
                           + (f" ({said.replace(chr(10), '; ')})" if said else ""))
     varying = {o.split("=", 1)[0] for o in {o for job in jobs for o in job}
                if sum(o in job for job in jobs) < len(jobs)}
+    if len(jobs) >= MANY_JOBS:  # a second or so each: say why the sweep has not started
+        print(f"[rs_lightning] sweep: checking the config of each of its {len(jobs)} jobs "
+              "before the first starts", file=sys.stderr)
     loader = GlobalHydra.instance().config_loader()
     for number, job in enumerate(jobs):
         try:
