@@ -203,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     sweep_dir = Path(next(o for o in command if o.startswith("hydra.sweep.dir=")).split("=", 1)[1])
     if stopped_by is not None:
         again = shlex.join(["rs-lightning", "benchmark", *(sys.argv[1:] if argv is None else argv)])
-        print(f"Stopped by {signal.Signals(stopped_by).name}: the sweep in {sweep_dir} stopped "
-              f"with its runs' state saved; the same command resumes it: {again}",
-              file=sys.stderr)
+        # Killed (137): after the grace period or a second signal; the last checkpoints stay.
+        how = ("killed; its runs resume from their last checkpoints" if status == 137
+               else "stopped with its runs' state saved")
+        print(f"Stopped by {signal.Signals(stopped_by).name}: the sweep in {sweep_dir} {how}; "
+              f"the same command resumes it: {again}", file=sys.stderr)
         return exit_status(stopped_by)
     leaderboard = sweep_dir / "leaderboard.md"
     minutes = (time.monotonic() - start) / 60
