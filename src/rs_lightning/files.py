@@ -49,6 +49,14 @@ def atomic_write(path: Path | str, mode: str = "w") -> Iterator[IO]:
     _fsync_directory(path.parent)
 
 
+def os_error_line(error: OSError) -> str:
+    """A failed read or write in one line: the path and the system's reason."""
+    reason = error.strerror or str(error) or type(error).__name__
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        reason += " (a file stands where a folder is needed)"
+    return f"{error.filename}: {reason}" if error.filename is not None else reason
+
+
 def _umask() -> int:
     mask = os.umask(0o022)  # the only way to read it is to set it
     os.umask(mask)

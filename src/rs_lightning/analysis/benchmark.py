@@ -81,6 +81,7 @@ from rs_lightning.analysis.stats import (
     interquartile_mean,
     stratified_estimate,
 )
+from rs_lightning.files import write_text_atomic
 
 # objective -> (the eval.json key of the policy's utility U, that of the target U*)
 SCORED_KEYS = {
@@ -708,13 +709,13 @@ def write_leaderboard(sweep_dir: Path, out: Optional[Path] = None,
         markdown += "\n" + monte_carlo_markdown(summarize_monte_carlo(collected.monte_carlo))
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "leaderboard.md").write_text(markdown)
-    (out / "leaderboard.csv").write_text(leaderboard_csv(summaries))
-    (out / "scores.csv").write_text(scores_csv(scores))
+    write_text_atomic(out / "leaderboard.md", markdown)
+    write_text_atomic(out / "leaderboard.csv", leaderboard_csv(summaries))
+    write_text_atomic(out / "scores.csv", scores_csv(scores))
     if scores:
         plot_profiles(scores, out / "profiles.png")
     if collected.monte_carlo:
-        (out / MONTE_CARLO_FILE).write_text(monte_carlo_csv(collected.monte_carlo))
+        write_text_atomic(out / MONTE_CARLO_FILE, monte_carlo_csv(collected.monte_carlo))
     return markdown
 
 

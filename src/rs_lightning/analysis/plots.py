@@ -35,7 +35,7 @@ from rs_lightning.analysis.results import (
     setting_labels,
 )
 from rs_lightning.analysis.stats import band_label, bootstrap_band, probability_of_improvement
-from rs_lightning.files import read_jsonl, run_files
+from rs_lightning.files import atomic_write, read_jsonl, run_files
 from rs_lightning.references.ground_truth import (
     cdf_on,
     exact_action_laws,
@@ -67,9 +67,12 @@ def _save(fig, out: Path) -> None:
     if fig.get_layout_engine() is None:  # a figure with its own (constrained) layout keeps it
         fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        # Atomic: a full disk or a kill leaves the old image, never half of a new one.
+        with atomic_write(out, "wb") as f:
+            fig.savefig(f, dpi=110, format=out.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
 
 
 def parse_cell(text: str) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ import sys
 from rs_lightning import __version__
 from rs_lightning.app.signals import Stopped, stop_on_signals
 from rs_lightning.errors import EXIT_BAD_INPUT, ConfigError
+from rs_lightning.files import os_error_line
 
 # tool -> (the module whose main(argv) runs it, what it does)
 TOOLS = {
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         return stop.status
     except ConfigError as error:  # a file the tool read, such as a run of a newer format
         print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as error:  # a full disk, a read-only or blocked output folder
+        print(f"error: {os_error_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         sys.argv[0] = program
