@@ -243,12 +243,14 @@ class RandomReferences:
     def _references(self, config: dict[str, Any]):
         from omegaconf import OmegaConf
 
+        from rs_lightning.config.plugins import import_plugins
         from rs_lightning.config.schema import utility_from
         from rs_lightning.references.ground_truth import exact_references
 
         key = json.dumps([config.get("env"), config.get("risk"), config.get("alpha")],
                          sort_keys=True, default=str)
         if key not in self._cache:
+            import_plugins(config.get("plugins"))  # the run's own measure and environment
             utility = utility_from(config["risk"], float(config["alpha"]))
             rho = float(config["risk"].get("rho", 0.1))
             references = exact_references(OmegaConf.create(config["env"]), rho)
