@@ -108,32 +108,40 @@ def test_a_signal_to_a_tool_working_in_its_own_process_is_one_line(tmp_path):
                            "the same command does the work again")
 
 
-def test_run_child_passes_the_signal_to_every_process_of_the_group(tmp_path):
-    """A child that starts a grandchild of its own (as a launcher starts workers) and
-    ignores nothing: both end at the signal; one that ignores SIGTERM is killed after the
-    grace period."""
+@pytest.mark.parametrize("child, signals, grace, status", [
+    ("", 1, 30, 143),  # SIGTERM ends it: 128 + 15
+    ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n", 2, 30, 137),  # the second kills
+    ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n", 1, 1, 137),  # the grace period does
+], ids=["obeys", "second signal", "grace period"])
+def test_run_child_ends_every_process_of_the_group(tmp_path, child, signals, grace, status):
+    """A child that starts a worker of its own, as a launcher does: both end at the signal;
+    a child that ignores it is killed at a second signal, or after the grace period."""
     script = tmp_path / "parent.py"
     script.write_text(
-        "import subprocess, sys, time\n"
-        f"open({str(tmp_path / 'ready')!r}, 'w').close()\n"
+        "import signal, subprocess, sys, time\n" + child +
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close()\n"
         "time.sleep(600)\n")
     runner = tmp_path / "runner.py"
     runner.write_text(
         "import sys\n"
         "from rs_lightning.app.signals import run_child\n"
-        f"status, stopped = run_child([sys.executable, {str(script)!r}], grace=5)\n"
+        f"status, stopped = run_child([sys.executable, {str(script)!r}], grace={grace})\n"
         "print(status, stopped)\n")
     process = subprocess.Popen([sys.executable, str(runner)], stdout=subprocess.PIPE, text=True)
     _wait_for(lambda: (tmp_path / "ready").exists(), process, 60)
-    time.sleep(0.3)
-    (child,) = _children(process.pid)
+    (child_pid,) = _children(process.pid)
     start = time.monotonic()
-    process.send_signal(signal.SIGTERM)
+    for _ in range(signals):
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
     out, _ = process.communicate(timeout=30)
-    assert time.monotonic() - start < 5
-    assert out.split() == ["143", str(int(signal.SIGTERM))]  # killed by SIGTERM: 128 + 15
-    assert not _group_alive(child)
+    assert time.monotonic() - start < grace + 5
+    assert out.split() == [str(status), str(int(signal.SIGTERM))]
+    deadline = time.monotonic() + 5  # a killed worker is gone once its new parent reaps it
+    while _group_alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(child_pid)
 
 
 def test_exit_statuses_are_those_a_shell_reports():
