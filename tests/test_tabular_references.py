@@ -239,16 +239,21 @@ def test_static_var_bounds_enclose_the_history_dependent_optimum(alpha, randomis
     1.0), where a policy of the state alone gets at most 0.25. The upper bound is the
     optimum over randomised policies, which spend the shortfall budget left (0.2 - 0.15) on
     the gamble after the lucky coin one time in three: E 0.86 + 0.5 x 1/3 x 0.9 x 0.8 = 0.98,
-    U 0.99; with alpha 0 there is nothing to gain by it and the bounds meet at VaR 1.0."""
+    U 0.99; with alpha 0 there is nothing to gain by it and the bounds meet at VaR 1.0.
+    Every episode is finite here, so the laws are exact and the search over the tree of
+    histories closes the gap: both ends are the optimum."""
+    from rs_lightning.references import tabular_exact
+
     gamma, rho = 0.9, 0.2
     best, markov = brute_force_static_var(0.7, alpha, rho, gamma)
     assert best > markov + 0.5
-    bounds = tr.static_var_optimum(lucky_first_stage(0.7), alpha, rho, gamma)
-    # Both bounds hold on the threshold grid, so within about its spacing (here 0.01).
-    spacing = 0.01
-    assert bounds.utility == pytest.approx(best, abs=spacing)  # found the best policy
-    assert bounds.upper == pytest.approx(randomised, abs=spacing)
-    assert bounds.threshold == pytest.approx(1.0, abs=spacing)  # its VaR_0.2 level
+    model = lucky_first_stage(0.7)
+    bounds = tr.static_var_optimum(model, alpha, rho, gamma)
+    assert bounds.utility == pytest.approx(best, abs=1e-9)  # found the best policy
+    assert bounds.upper == pytest.approx(best, abs=1e-9) and bounds.kind == "exact"
+    assert bounds.threshold == pytest.approx(1.0, abs=1e-9)  # its VaR_0.2 level
+    dual = tabular_exact.static_var_bounds(model, alpha, rho, gamma, 4.0)
+    assert dual.upper == pytest.approx(randomised, abs=0.01)  # the Lagrangian alone
 
 
 def test_static_var_bounds_on_cliff_walking(cliff, coarse):
@@ -289,10 +294,13 @@ def test_references_on_frozen_lake():
     estimated = {"exact_static_utility_kind", "exact_static_utility_error",
                  "per_decision_static_utility_kind", "per_decision_static_utility_error",
                  "static_optimum_kind", "greedy_actions", "per_decision_start"}
+    # CVaR's static optimum: an interval from the two threshold programmes
     assert set(out) == {"exact_static_utility", "per_decision_path",
                         "per_decision_static_utility", "static_optimum", "static_gap",
-                        *estimated}
-    assert {out[key] for key in estimated if key.endswith("_kind")} == {"estimate"}
+                        "static_optimum_upper", "static_gap_upper", *estimated}
+    assert out["exact_static_utility_kind"] == out["per_decision_static_utility_kind"] == (
+        "estimate") and out["static_optimum_kind"] == "interval"
+    assert out["static_optimum"] <= out["static_optimum_upper"] < out["static_optimum"] + 0.01
     assert 0.0 <= out["exact_static_utility"] <= out["static_optimum"] + 1e-3
     wang = tr.references(model, policy, Utility(0.5, "wang", {"eta": -0.75}), 0.99)
     assert set(wang) == {"exact_static_utility", "exact_static_utility_kind", "greedy_actions"}
@@ -347,5 +355,8 @@ def test_a_static_run_gets_the_references_that_need_no_policy(compose):
     assert {"per_decision_path", "per_decision_static_utility", "static_optimum",
             "per_decision_static_utility_kind", "static_optimum_kind"} <= set(out)
     assert lane_rows(out["per_decision_path"]) == {1}
-    assert out["static_optimum"] == pytest.approx(-15.905, abs=0.02)
-    assert out["static_optimum"] >= out["per_decision_static_utility"]
+    # a sound interval (the threshold programmes, read at the grid points above and below)
+    # that holds [-15.890038, -15.882901], where an independent implementation put it
+    assert out["static_optimum_kind"] == "interval"
+    assert out["static_optimum"] <= -15.890038 and -15.882901 <= out["static_optimum_upper"]
+    assert out["static_optimum_upper"] >= out["per_decision_static_utility"]

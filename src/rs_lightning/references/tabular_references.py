@@ -56,7 +56,11 @@ W is kappa-Lipschitz in y and is linearly interpolated on a grid of y (:func:`th
 dense where the returns lie), so the optimum is within kappa delta_y / (2 (1 - gamma)) of the
 DP's value, delta_y the widest spacing the thresholds meet (a loose bound; measured on cliff
 walking: 1001, 2001 and 4001 thresholds give -15.920, -15.905 and -15.898, halving the
-difference each time, so 2001 is about 0.015 below the limit).
+difference each time, so 2001 is about 0.015 below the limit). Interpolated, that value is an
+estimate; :func:`static_optimum` reports two sound bounds instead (:func:`static_cvar_bounds`):
+W_t(s, y) does not increase with y, so reading each next threshold at the grid point above
+(below) gives at most (at least) the programme's value at every grid point. On cliff walking
+with 8001 thresholds they are [-15.925, -15.849].
 
 Static spectral risk, alpha E[S] + (1 - alpha) sum_i w_i CVaR_rho_i[S] with two levels: the
 same with two thresholds, max_b E[alpha S + (1 - alpha) sum_i w_i (b_i - (b_i - S)^+ / rho_i)].
@@ -119,8 +123,10 @@ MAX_STATES = 100
 MIN_ATOMS = 2001
 MAX_ATOMS = 10001
 REWARD_FRACTION = 20
-# Points of the threshold grid of the static CVaR dynamic programme.
+# Points of the threshold grid of the static CVaR dynamic programme, and of the two that
+# bound its optimum (static_cvar_bounds: cliff walking's interval is about 0.08 wide).
 THRESHOLDS = 2001
+CVAR_BOUND_THRESHOLDS = 8001
 # The static spectral programme: its threshold grid (one programme per offset searched), the
 # offsets of the coarse search and the halvings of its local refinement.
 SPECTRAL_THRESHOLDS = 1001
@@ -595,11 +601,14 @@ class StaticOptimum:
     far); ``threshold`` is the optimal b of the CVaR form, or the VaR level the best policy
     found guarantees (None for the expectation). With VaR, ``utility`` is what that policy
     attains (a lower bound) and ``upper`` the Lagrangian bound above the optimum (None for
-    the others, whose ``utility`` is the optimum itself)."""
+    the others, whose ``utility`` is the optimum itself). ``kind``: what the figure is
+    (:data:`EXACT`, :data:`INTERVAL`: the optimum lies in [``utility``, ``upper``], or
+    :data:`ESTIMATE`: on a grid, ``upper`` too where given)."""
 
     utility: float
     threshold: float | None
     upper: float | None = None
+    kind: str = "estimate"
 
 
 def _horizon(model: TabularModel, gamma: float) -> int:
@@ -625,10 +634,37 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
     """max over policies of (state, step, return so far) of
     alpha E[S] + (1 - alpha) CVaR_rho[S], S = sum_{t < H} gamma^t r_t (module docstring)."""
     if is_exact(model):
-        return StaticOptimum(*tabular_exact.static_cvar(model, alpha, rho, gamma))
-    kappa = (1.0 - alpha) / rho
+        return StaticOptimum(*tabular_exact.static_cvar(model, alpha, rho, gamma), kind=EXACT)
+    grid = _threshold_setup(model, gamma, thresholds)
+    totals = (1.0 - alpha) * grid.ys + _cvar_programme(grid, alpha, rho, gamma, "linear")
+    best = int(np.argmax(totals))
+    return StaticOptimum(float(totals[best]), float(grid.ys[best]))
+
+
+def static_cvar_bounds(model: TabularModel, alpha: float, rho: float, gamma: float,
+                       thresholds: int = THRESHOLDS) -> tuple[float, float]:
+    """Two sound bounds on the static CVaR optimum of a model with a time limit, from the
+    threshold grid: W_t(s, y) does not increase with y (a higher threshold is crossed more),
+    so reading the next threshold at the grid point above gives at most the programme's
+    value at every grid point, and at the point below at least. The optimum,
+    max_b (1 - alpha) b + E W_0(s0, b), is then at least the first programme's best grid
+    point and at most max_i (1 - alpha) y_{i+1} + E W_0(s0, y_i) of the second."""
     grid = _threshold_setup(model, gamma, thresholds)
     ys = grid.ys
+    below = (1.0 - alpha) * ys + _cvar_programme(grid, alpha, rho, gamma, "up")
+    above = _cvar_programme(grid, alpha, rho, gamma, "down")
+    # Above the grid every return is below b: the objective's slope in b is
+    # (1 - alpha) - kappa < 0 there, so the top point bounds it.
+    upper = max(float(np.max((1.0 - alpha) * ys[1:] + above[:-1])),
+                float((1.0 - alpha) * ys[-1] + above[-1]))
+    return float(below.max()), upper
+
+
+def _cvar_programme(grid: _ThresholdGrid, alpha: float, rho: float, gamma: float,
+                    rounding: str) -> np.ndarray:
+    """E_{s0} W_0(s0, y) on the grid's thresholds (module docstring, "Static CVaR")."""
+    model, ys = grid.model, grid.ys
+    kappa = (1.0 - alpha) / rho
     ended = np.stack([alpha * r - kappa * np.maximum(ys - r, 0.0) for r in grid.rewards])
     w = -kappa * np.maximum(ys, 0.0)[None, :].repeat(model.n_states, 0)  # W_H
     for t in range(grid.horizon - 1, -1, -1):
@@ -636,13 +672,12 @@ def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: fl
         outcome_values = np.empty((len(grid.rewards), model.n_states + 1, len(ys)))
         for i, r in enumerate(grid.rewards):
             value = grid.at_next_threshold(w, i, alpha * mean,
-                                           (alpha + kappa) * mean - kappa * grid.queries[i])
+                                           (alpha + kappa) * mean - kappa * grid.queries[i],
+                                           rounding)
             outcome_values[i, :-1] = alpha * r + gamma * value
             outcome_values[i, -1] = ended[i]
         w = grid.action_values(outcome_values).max(1)
-    totals = (1.0 - alpha) * ys + model.start @ w
-    best = int(np.argmax(totals))
-    return StaticOptimum(float(totals[best]), float(ys[best]))
+    return model.start @ w
 
 
 def _spectral_programme(grid: _ThresholdGrid, alpha: float, kappas: np.ndarray,
@@ -735,12 +770,17 @@ class _ThresholdGrid:
     reward_index: np.ndarray
     leads_to: np.ndarray
 
-    def at_next_threshold(self, values: np.ndarray, i: int, never, always) -> np.ndarray:
+    def at_next_threshold(self, values: np.ndarray, i: int, never, always,
+                          rounding: str = "linear") -> np.ndarray:
         """``values[S, Y]`` (a function of the threshold) read at each next threshold
-        (y - r_i) / gamma, linearly between grid points; ``never`` / ``always`` where that
+        (y - r_i) / gamma, linearly between grid points, or at the grid point below
+        (``rounding="down"``) or above (``"up"``); ``never`` / ``always`` where that
         threshold lies below / above every return (never / always crossed)."""
         lower, share, below, above = self.positions[i]
-        value = values[:, lower] * (1.0 - share) + values[:, lower + 1] * share
+        if rounding == "linear":
+            value = values[:, lower] * (1.0 - share) + values[:, lower + 1] * share
+        else:
+            value = values[:, lower + ((share > 0.0) if rounding == "up" else (share >= 1.0))]
         value = np.where(below[None, :], never, value)
         return np.where(above[None, :], always, value)
 
@@ -822,7 +862,8 @@ def static_var_optimum(model: TabularModel, alpha: float, rho: float, gamma: flo
     if is_exact(model):
         low, high = return_bounds(model, gamma)
         bounds = tabular_exact.static_var(model, alpha, rho, gamma, max(high - low, 1e-12))
-        return StaticOptimum(bounds.lower, bounds.level, bounds.upper)
+        return StaticOptimum(bounds.lower, bounds.level, bounds.upper,
+                             kind=EXACT if bounds.exact else INTERVAL)
     grid = _threshold_setup(model, gamma, thresholds)
     ys = grid.ys
     scale = max(grid.high - grid.low, 1e-12)
@@ -862,7 +903,11 @@ def static_optimum(model: TabularModel, utility: Utility, gamma: float
     a spectral measure of at most two levels, and bounds on it for alpha E + (1 - alpha)
     VaR_rho; None for other measures."""
     if utility.alpha == 1.0 or utility.risk == "expectation":
-        return StaticOptimum(optimal_expectation(model, gamma)[0], None)
+        return StaticOptimum(optimal_expectation(model, gamma)[0], None, kind=EXACT)
+    if utility.risk == "cvar" and not is_exact(model) and model.horizon is not None:
+        lower, upper = static_cvar_bounds(model, utility.alpha, float(utility.params["rho"]),
+                                          gamma, CVAR_BOUND_THRESHOLDS)
+        return StaticOptimum(lower, None, upper, kind=INTERVAL)
     if utility.risk == "cvar":
         return static_cvar_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
     if utility.risk == "var":
@@ -894,9 +939,9 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     ``exact_static_utility`` of ``policy`` and the policy itself (``greedy_actions``, one
     action a state); with E, VaR or CVaR also ``per_decision_path``,
     ``per_decision_static_utility``, ``static_optimum`` and ``static_gap``. Every figure
-    ``<key>`` has a ``<key>_kind`` (:func:`target_kinds`); where the static optimum is
-    bounded (VaR), ``static_optimum`` is the best policy examined (the lower end, so
-    ``static_gap`` is too) and ``static_optimum_upper`` / ``static_gap_upper`` the upper
+    ``<key>`` has a ``<key>_kind`` (EXACT, INTERVAL, ESTIMATE); where the static optimum is
+    an interval, ``static_optimum`` is its lower end (with VaR the best policy examined),
+    so ``static_gap`` is too, and ``static_optimum_upper`` / ``static_gap_upper`` the upper
     ends."""
     key = _model_key(model)
     policy = np.asarray(policy, dtype=np.int64)
@@ -904,11 +949,13 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     out: dict[str, Any] = {"exact_static_utility": own, "greedy_actions": policy.tolist()}
     out.update(_estimate_fields("exact_static_utility", model, utility, gamma))
     out.update(policy_free_references(model, utility, gamma))
-    if "static_optimum_upper" in out:  # VaR: the learned policy is one more policy too
+    if "static_optimum_upper" in out and _policies_bound(out["static_optimum_kind"], model):
+        # the learned policy is one more policy
         out["static_optimum"] = max(out["static_optimum"], own)
-        out["static_gap_upper"] = out["static_optimum_upper"] - own
         if out["static_optimum_upper"] - out["static_optimum"] <= _MEETING:
-            out.update(static_optimum_kind=EXACT)
+            out["static_optimum_kind"] = EXACT
+    if "static_optimum_upper" in out:
+        out["static_gap_upper"] = out["static_optimum_upper"] - own
     if "static_optimum" in out:
         out["static_gap"] = max(out["static_optimum"] - own, 0.0)
     return out
@@ -932,16 +979,23 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
     out.update(_estimate_fields("per_decision_static_utility", model, utility, gamma))
     best = _cached_optimum(key, gamma, _utility_key(utility))
     if best is not None:
-        out["static_optimum"] = best.utility
-        exact_programme = is_exact(model) and (
-            utility.alpha == 1.0 or utility.risk in ("expectation", "cvar", "var"))
-        out["static_optimum_kind"] = EXACT if exact_programme else ESTIMATE
-        if best.upper is not None:  # VaR: bounds; the per-decision policy is one more policy
-            out["static_optimum"] = max(best.utility, fixed_point.static_utility)
+        out["static_optimum"], kind = best.utility, best.kind
+        if best.upper is not None:
+            if _policies_bound(kind, model):  # the fixed point is one more policy
+                out["static_optimum"] = max(best.utility, fixed_point.static_utility)
             out["static_optimum_upper"] = max(best.upper, out["static_optimum"])
-            if exact_programme and out["static_optimum_upper"] - out["static_optimum"] > _MEETING:
-                out["static_optimum_kind"] = INTERVAL
+            if kind == INTERVAL and out["static_optimum_upper"] - out["static_optimum"] <= _MEETING:
+                kind = EXACT
+        out["static_optimum_kind"] = kind
     return out
+
+
+def _policies_bound(kind: str, model: TabularModel) -> bool:
+    """Whether a policy's static utility raises the lower end of the static optimum's
+    bounds: where both are exact (an interval of the exact laws), or both estimates (VaR's
+    bounds on a grid). An interval from the threshold programmes on a grid is sound and a
+    policy's utility there an estimate, so that one is kept."""
+    return kind == ESTIMATE or (kind == INTERVAL and is_exact(model))
 
 
 def _estimate_fields(key: str, model: TabularModel, utility: Utility, gamma: float
@@ -1002,6 +1056,7 @@ __all__ = [
     "StaticOptimum", "TabularModel", "action_utilities", "describe_path", "episode_law",
     "expectation_optimal_policy", "expected_values", "grid_error_bounds", "learner_laws",
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
+    "static_cvar_bounds",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
     "static_optimum", "static_spectral_optimum", "static_utility", "static_var_optimum",
     "tabular_model", "uniform_random_reference", "uniform_random_utility",
