@@ -12,8 +12,8 @@ same; ``config_dir`` adds a folder of your own presets (``hydra.searchpath``, se
 docs/guides/own-project.md). The config is composed from the installed ``conf/``, checked by
 the same validation, and trained by the same job as the command line's: a finished run
 folder is not trained again, an interrupted one resumes. Bad input raises
-:class:`rs_lightning.errors.ConfigError` (the command line's one line: ``str(error)``)
-before anything is written; a NaN in training :class:`~rs_lightning.errors.NumericalFault`.
+``rs_lightning.errors.ConfigError`` (the command line's one line: ``str(error)``) before
+anything is written; a NaN in training ``rs_lightning.errors.NumericalFault``.
 """
 
 from __future__ import annotations
