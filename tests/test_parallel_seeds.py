@@ -10,7 +10,7 @@ import torch
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.base import Problem, linear
 from rs_lightning.agents.members import member_state, stack_members
-from rs_lightning.analysis.results import collect, flatten
+from rs_lightning.analysis.results import collect
 from rs_lightning.app.train import run
 
 PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
@@ -19,13 +19,14 @@ BOX = Problem(obs_dim=2, n_actions=1, gamma=0.9, return_min=-2.0, return_max=2.0
 STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
 
 
-def agent_of(name: str, seed: int):
+def agent_of(name: str, seed: int, **settings):
     from omegaconf import OmegaConf
 
     from tests.conftest import CONF
 
     cls, config_class = AGENTS[name]
-    node = OmegaConf.merge(OmegaConf.structured(config_class), OmegaConf.load(CONF / "agent" / f"{name}.yaml"))
+    node = OmegaConf.merge(OmegaConf.structured(config_class), OmegaConf.load(CONF / "agent" / f"{name}.yaml"),
+                           settings)
     torch.manual_seed(seed)
     return cls(OmegaConf.to_object(node), BOX if cls.continuous_actions else PROBLEM)
 
@@ -89,6 +90,79 @@ def test_members_give_each_agents_distribution_and_loss(name, states):
             assert torch.allclose(p.grad[k], q.grad, rtol=1e-3, atol=1e-6), key
 
 
+@pytest.mark.parametrize("name", ["tqc", "dsac"])
+def test_stacked_updates_are_each_members_single_updates_to_the_bit(name):
+    """Loss, backward, the clipping and Adam of 16 stacked actor-critics give every member
+    the parameters its agent alone reaches, bit for bit, update after update (on a CPU).
+
+    16 members: a parameter of 1 element (the temperature) then fills a vector of 16 floats,
+    while alone it is a kernel's scalar remainder; widths of 24 and 25 quantiles leave
+    remainders too, and the critics' inputs (4) give a thin weight gradient."""
+    from types import SimpleNamespace
+
+    from rs_lightning.agents.base import Transitions
+    from rs_lightning.agents.members import make_members
+    from rs_lightning.engine.learner import make_optimizer
+    from rs_lightning.risk import Utility
+
+    seeds = range(16)
+    stacked = make_members([agent_of(name, seed, hidden_sizes=[24], n_quantiles=25) for seed in seeds])
+    singles = [make_members([agent_of(name, seed, hidden_sizes=[24], n_quantiles=25)]) for seed in seeds]
+    learning = SimpleNamespace(lr=1e-3, adam_eps=1e-5, fused_adam=True)
+    optimizer = make_optimizer(stacked, learning)
+    optimizers = [make_optimizer(single, learning) for single in singles]
+    utility = Utility(0.5, "cvar", {"rho": 0.25})
+    gen = torch.Generator().manual_seed(0)
+    members = len(seeds)
+    for update in range(30):
+        terminated = (torch.rand(members, 1, 32, generator=gen) < 0.1).float()
+        batch = Transitions(torch.rand(members, 1, 32, 2, generator=gen) * 2 - 1,
+                            torch.rand(members, 1, 32, 2, generator=gen) * 2 - 1,
+                            torch.randn(members, 1, 32, generator=gen),
+                            torch.rand(members, 1, 32, 2, generator=gen) * 2 - 1,
+                            terminated, 0.9 * (1.0 - terminated))
+        losses, _ = stacked.loss(Transitions(*(field.squeeze(1) for field in batch)), stacked,
+                                 utility.greedy)
+        stacked.zero_gradients()
+        losses.sum().backward()
+        norms = stacked.clip_gradients(1.0)
+        optimizer.step()
+        for k, (single, single_optimizer) in enumerate(zip(singles, optimizers)):
+            loss, _ = single.loss(Transitions(*(field[k] for field in batch)), single, utility.greedy)
+            single.zero_gradients()
+            loss.sum().backward()
+            assert torch.equal(single.clip_gradients(1.0)[0], norms[k]), (update, k)
+            single_optimizer.step()
+            for (key, p), q in zip(stacked.network.named_parameters(), single.parameters()):
+                assert torch.equal(p[k], q), (update, k, key)
+
+
+def test_stacked_seeds_on_pendulum_are_their_single_runs_bit_for_bit(compose, tmp_path):
+    """Pendulum, where a rounding grows into another trajectory within a few hundred
+    updates: the members of a stacked TQC run (Polyak averaging every update) collect the
+    same transitions and end with the same weights, Adam moments and evaluation as the runs
+    of their seeds alone, to the last bit (on a CPU)."""
+    quick = ["agent=tqc", "env=pendulum", "debug=quick", "logger=csv", "callbacks.progress_bar=false",
+             "trainer.max_steps=40", "learning.target_update_period=1", "learning.target_update_rate=0.005",
+             "evaluation.every_n_steps=0", "evaluation.episodes=2"]
+    run(compose([*quick, "seed=0", "parallel_seeds=2"]), run_dir=tmp_path / "stacked")
+    for seed in (0, 1):
+        run(compose([*quick, f"seed={seed}"]), run_dir=tmp_path / f"single{seed}")
+        member, single = tmp_path / "stacked" / f"seed_{seed}", tmp_path / f"single{seed}"
+        assert (member / "eval.json").read_text() == (single / "eval.json").read_text()
+        a, b = (torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)
+                for folder in (member, single))
+        assert a["state_dict"].keys() == b["state_dict"].keys()
+        for key, value in a["state_dict"].items():
+            assert torch.equal(value, b["state_dict"][key]), key
+        for index, moments in b["optimizer_states"][0]["state"].items():
+            for name, value in moments.items():
+                assert torch.equal(a["optimizer_states"][0]["state"][index][name], value), (index, name)
+        replay_a, replay_b = (checkpoint["ExperienceDataModule"]["collector"]["replay"] for checkpoint in (a, b))
+        for field in ("obs", "action", "reward", "next_obs"):
+            assert torch.equal(replay_a[field], replay_b[field]), field
+
+
 QUICK = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "trainer.max_steps=120",
          "evaluation.every_n_steps=60", "evaluation.episodes=200"]
 
@@ -98,14 +172,19 @@ QUICK = ["debug=quick", "logger=csv", "callbacks.progress_bar=false", "trainer.m
 # against its single agent above, and DQN's members against sequential runs on two
 # gymnasium presets below; the other agents run here with -m slow.
 END_TO_END = ("c51", "rs_umdqn_c")
+# Agents whose stacked members are bit-equal to their single runs on a CPU. The monotone
+# networks (RS-UMDQN-C, UMDQN-KL, -W) are not yet: their members' weights end within 3e-8
+# to 2e-6 of the single runs' here.
+BIT_EQUAL = ("c51", "dqn", "dsac", "qr_dqn", "tqc")
 
 
 @pytest.mark.parametrize("name", [
     name if name in END_TO_END else pytest.param(name, marks=pytest.mark.slow)
     for name in STACKABLE])
 def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
-    """Member k and a run of seed 3 + k: the same weights (up to the rounding of batched
-    products), the same greedy policy, the same evaluation."""
+    """Member k and a run of seed 3 + k: the same weights (to the bit where the agent's
+    products are per member, :data:`BIT_EQUAL`), the same greedy policy, the same
+    evaluation."""
     continuous = AGENTS[name][0].continuous_actions
     quick = [*QUICK, *(["env=risky_navigation"] if continuous else []), f"agent={name}"]
     stacked = run(compose([*quick, "seed=3", "parallel_seeds=2"]), run_dir=tmp_path / "stacked")
@@ -113,29 +192,18 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
     for seed in (3, 4):
         single = run(compose([*quick, f"seed={seed}"]), run_dir=tmp_path / f"single{seed}")
         member = tmp_path / "stacked" / f"seed_{seed}"
-        summary = json.loads((member / "eval.json").read_text())
-        if continuous:  # the actions' rounding moves the mass's positions and the returns
-            # by a hair (a return on a bin's edge may change bins: histograms left out)
-            ours, theirs = ({key: value for key, value in flatten(tree).items()
-                             if not key.startswith("return_histogram.")}
-                            for tree in (summary, single))
-            assert ours.keys() == theirs.keys()
-            for key, value in ours.items():
-                expected = theirs[key]
-                if not isinstance(expected, str):
-                    expected = pytest.approx(expected, rel=1e-6, abs=1e-6)
-                assert value == expected, key
-        else:  # a discrete greedy policy is the same policy
-            assert summary == single
+        assert json.loads((member / "eval.json").read_text()) == single
+        if not continuous:
             assert (member / "policy.json").read_text() == (tmp_path / f"single{seed}" / "policy.json").read_text()
         a = torch.load(member / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
         b = torch.load(tmp_path / f"single{seed}" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
         assert a.keys() == b.keys()
-        # Within one Adam step (lr 1e-4) of each other: batched products round differently
-        # and Adam's normalised steps carry that to the weights; a wrong gradient moves them
-        # by many steps (120 updates).
         for key in a:
-            assert (a[key] - b[key]).abs().max() < 1e-4, key
+            if name in BIT_EQUAL:
+                assert torch.equal(a[key], b[key]), key
+            else:  # within one Adam step (lr 1e-4) of each other; a wrong gradient moves
+                # them by many steps (120 updates)
+                assert (a[key] - b[key]).abs().max() < 1e-4, key
         history = [json.loads(line) for line in (member / "eval_history.jsonl").read_text().splitlines()]
         assert [r["step"] for r in history] == [60, 120]
         assert (member / "csv" / "metrics.csv").is_file()

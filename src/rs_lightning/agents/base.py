@@ -192,11 +192,45 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
             f"stacked members: the input must be [{members}, B, ..., in], got {list(x.shape)}"
         )
     rows = x.reshape(members, -1, x.shape[-1])
-    if bias is None:
-        out = torch.bmm(rows, weight.transpose(1, 2))
+    if torch.is_autocast_enabled(rows.device.type):  # mixed precision: autocast's casts
+        out = (torch.bmm(rows, weight.transpose(1, 2)) if bias is None
+               else torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2)))
     else:
-        out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+        out = _StackedLinear.apply(rows, weight, bias)
     return out.view(*x.shape[:-1], weight.shape[1])
+
+
+class _StackedLinear(torch.autograd.Function):
+    """K members' ``x W^T + b`` with ``F.linear``'s backward, member by member.
+
+    Autograd's rule for ``baddbmm`` takes the weight's gradient as ``x^T g`` (``[K, in,
+    out]``) and transposes it into the weight's layout; ``F.linear`` takes it as ``g^T x``
+    (``[out, in]``), a product whose sums run in another order. Taken here as ``F.linear``
+    does, with its input's and bias's gradients, each member's gradient is a single run's
+    to the bit on a CPU (and the transposing copy is saved)."""
+
+    @staticmethod
+    def forward(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if bias is None:
+            return torch.bmm(rows, weight.transpose(1, 2))
+        return torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        rows, weight, _ = inputs
+        ctx.save_for_backward(rows, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, weight = ctx.saved_tensors
+        grad_rows = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_rows = torch.bmm(grad, weight)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.bmm(grad.transpose(1, 2), rows)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(1)
+        return grad_rows, grad_weight, grad_bias
 
 
 class Linear(nn.Linear):

@@ -71,13 +71,36 @@ def clip_member_gradients(parameters: list[Tensor], max_norm: float) -> Tensor:
     """Scale each member's gradient (index k of every stacked parameter) to norm at most
     ``max_norm``, as ``clip_grad_norm_`` does for one network; returns the K norms."""
     grads = [p.grad for p in parameters if p.grad is not None]
+    # Member k's tensor norms as row k ([K, P]), reduced along the row: the order of the sums
+    # of a single run's norm (a reduction across rows, dim 0 of [P, K], rounds otherwise).
     norms = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads]), dim=0
+        torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads], dim=1),
+        dim=1,
     )
     scale = clip_scale(norms, max_norm)
     for g in grads:
         g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
     return norms
+
+
+# Elements a CPU kernel's vector loop takes at a time, at most (two AVX-512 vectors of
+# float32); a tensor's last elements short of it go one by one, and rounding may differ
+# there (a fused multiply-add in the vector loop, a multiply then an add in the scalar one).
+VECTOR_SPAN = 64
+
+
+def member_views(tensors: list[Tensor], members: int) -> list[Tensor]:
+    """Stacked tensors ``[K, ...]`` as an elementwise kernel (Adam, Polyak averaging) should
+    see them for member k to meet the loops a tensor of its own meets on a CPU: whole where a
+    member's slice is a multiple of :data:`VECTOR_SPAN` elements (every element in a vector
+    loop either way), else as the K slices (each with its own last elements)."""
+    views: list[Tensor] = []
+    for tensor in tensors:
+        if tensor.device.type != "cpu" or (tensor.numel() // members) % VECTOR_SPAN == 0:
+            views.append(tensor)
+        else:
+            views.extend(tensor.unbind(0))
+    return views
 
 
 def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
@@ -196,6 +219,11 @@ class Members(nn.Module, ABC):
             self._listed_parameters = list(self.parameters())
         return self._listed_parameters
 
+    def elementwise_views(self, tensors: list[Tensor]) -> list[Tensor]:
+        """``tensors`` shaped as the parameters, as an elementwise kernel should take them
+        so that each member is updated as a single run's agent is (:func:`member_views`)."""
+        return tensors
+
     @abstractmethod
     def member_agent(self, k: int) -> Agent:
         """Member ``k`` as an ordinary agent (for evaluation; do not train it)."""
@@ -234,6 +262,9 @@ class StackedMembers(Members):
 
     def clip_gradients(self, max_norm: float) -> Tensor:
         return clip_member_gradients(self.parameter_list(), max_norm)
+
+    def elementwise_views(self, tensors: list[Tensor]) -> list[Tensor]:
+        return member_views(tensors, self.count)
 
     def member_state(self, k: int) -> dict[str, Tensor]:
         return member_state(self.network, k)

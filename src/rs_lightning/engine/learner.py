@@ -23,9 +23,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch import Tensor
+from torch.optim.adam import adam
 
 from rs_lightning.agents.base import Agent
-from rs_lightning.agents.members import Members
+from rs_lightning.agents.members import Members, StackedMembers
 from rs_lightning.config.migrations import FORMAT_KEY, FORMAT_VERSION
 from rs_lightning.engine.behaviour import make_behaviour
 from rs_lightning.engine.experience import Collector
@@ -136,13 +137,58 @@ class MemberPolicy:
         return MemberPolicy(self.agent, self.objective.at(utility), self.device)
 
 
+class MembersAdam(torch.optim.Adam):
+    """Adam whose elementwise step takes the members' parameters, gradients and moments
+    through :meth:`Members.elementwise_views`, so that each stacked member's slice is updated
+    as a single run's tensor is. Its state is Adam's, parameter by parameter (a step count
+    per stacked parameter, as the members step together)."""
+
+    def __init__(self, members: Members, **options) -> None:
+        super().__init__(members.parameters(), **options)
+        self.views = members.elementwise_views
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
+            return super().step(closure)  # a gradient scaler's step: no exactness to keep
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lists: tuple[list[Tensor], ...] = ([], [], [], [], [], [])
+            has_complex = self._init_group(group, *lists)
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = lists
+            # A step count per view (Adam counts each tensor's steps), written back after
+            # the step: the views of a parameter share its count.
+            spans = [len(self.views([p])) for p in params]
+            counts = [step.clone() for step, span in zip(steps, spans) for _ in range(span)]
+            beta1, beta2 = group["betas"]
+            adam(
+                self.views(params), self.views(grads), self.views(exp_avgs), self.views(exp_avg_sqs),
+                self.views(max_exp_avg_sqs) if group["amsgrad"] else [], counts,
+                amsgrad=group["amsgrad"], has_complex=has_complex, beta1=beta1, beta2=beta2,
+                lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+                maximize=group["maximize"], foreach=group["foreach"],
+                capturable=group["capturable"], differentiable=group["differentiable"],
+                fused=group["fused"], decoupled_weight_decay=group["decoupled_weight_decay"])
+            first = 0
+            for step, span in zip(steps, spans):
+                step.copy_(counts[first])
+                first += span
+        return loss
+
+
 def make_optimizer(members: Members, learning) -> torch.optim.Optimizer:
     """Adam on the members' parameters (elementwise, so per member; fused where the device
     allows: one kernel per step)."""
     fused = learning.fused_adam and all(
         p.device.type in ("cpu", "cuda") for p in members.parameters()
     )
-    return torch.optim.Adam(members.parameters(), lr=learning.lr, eps=learning.adam_eps, fused=fused)
+    options = dict(lr=learning.lr, eps=learning.adam_eps, fused=fused)
+    if isinstance(members, StackedMembers):
+        return MembersAdam(members, **options)
+    return torch.optim.Adam(members.parameters(), **options)
 
 
 def parameters_finite(module: torch.nn.Module) -> bool:
@@ -314,8 +360,9 @@ class QLearning(pl.LightningModule):
         if rate == 1.0:
             self.target_members.load_state_dict(self.members.state_dict())
             return
-        torch._foreach_lerp_(list(self.target_members.parameters()),
-                             list(self.members.parameters()), rate)
+        views = self.members.elementwise_views
+        torch._foreach_lerp_(views(list(self.target_members.parameters())),
+                             views(list(self.members.parameters())), rate)
 
     def _update(self, update: int, losses: Tensor) -> Tensor:
         optimizer = self.optimizers()
