@@ -82,6 +82,21 @@ def agents_by_actions(continuous: bool) -> list[str]:
     return sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions == continuous)
 
 
+def short_finished_run(run_dir: Path, agent: str) -> Path:
+    """A finished 40-update run of ``agent`` on risky rewards (debug=quick, 20 evaluation
+    episodes) in ``run_dir``: what the tools read."""
+    from hydra import compose, initialize_config_dir
+
+    from rs_lightning.app.train import run
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", [f"agent={agent}", "debug=quick", "logger=none",
+                                "callbacks.progress_bar=false", "trainer.max_steps=40",
+                                "evaluation.episodes=20"])
+    run(cfg, run_dir=run_dir)
+    return run_dir
+
+
 def run_and_resume_from_step_100(make_config, folder: Path, seeds: int) -> tuple[dict, dict]:
     """A run of ``make_config()`` (checkpoints every 100 updates), then the same run resumed
     from its step-100 checkpoint in another folder: both summaries, after checking that the

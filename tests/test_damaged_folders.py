@@ -15,22 +15,12 @@ from rs_lightning.app.commands.report import main as report
 from rs_lightning.app.commands.results import main as results
 from rs_lightning.app.run_folders import finished_summary
 from rs_lightning.files import read_jsonl
+from tests.conftest import short_finished_run
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    from hydra import compose, initialize_config_dir
-
-    from rs_lightning.app.train import run
-    from tests.conftest import CONF
-
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", ["agent=dqn", "debug=quick", "logger=none",
-                                "callbacks.progress_bar=false", "trainer.max_steps=40",
-                                "evaluation.episodes=20"])
-    run(cfg, run_dir=run_dir)
-    return run_dir
+    return short_finished_run(tmp_path_factory.mktemp("finished") / "run", "dqn")
 
 
 def sweep_of(finished_run, tmp_path, jobs=("0_seed=0", "1_seed=1")):

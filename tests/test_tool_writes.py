@@ -11,23 +11,13 @@ import shutil
 import pytest
 
 from rs_lightning.app.console import main as rs_lightning
+from tests.conftest import short_finished_run
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """A short C51 run on risky rewards (a distributional agent: every tool takes it)."""
-    from hydra import compose, initialize_config_dir
-
-    from rs_lightning.app.train import run
-    from tests.conftest import CONF
-
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", ["agent=c51", "debug=quick", "logger=none",
-                                "callbacks.progress_bar=false", "trainer.max_steps=40",
-                                "evaluation.episodes=10"])
-    run(cfg, run_dir=run_dir)
-    return run_dir
+    """A distributional agent's run: every tool takes it."""
+    return short_finished_run(tmp_path_factory.mktemp("finished") / "run", "c51")
 
 
 def tool_commands(run_dir, out) -> dict[str, list[str]]:
