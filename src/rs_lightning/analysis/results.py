@@ -76,6 +76,7 @@ NON_LEARNING_KEYS = (
     "seed", "parallel_seeds", "ckpt_path", "logger", "callbacks", "search_objective",
     "hardware.accelerator", "hardware.devices", "hardware.torch_threads", "hardware.compile",
     "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
+    "trainer.checkpoint_every_minutes",
     "learning.fused_adam",
     "evaluation.every_n_steps", "evaluation.episodes_during_training", "evaluation.batch_envs",
 )

@@ -50,7 +50,9 @@ LOCK = "run.lock"
 # What a run's (or a sweep job's) own folder holds, and a sweep's folder never does.
 RUN_FOLDER_FILES = (".hydra", "config.yaml", FAILED, "eval.json", "checkpoints")
 # Keys that do not change what a run computes: a folder's run may be continued with others.
-UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits", "search_objective")
+UNCOMPARED_KEYS = ("ckpt_path", "logger", "callbacks", "limits", "search_objective",
+                   # a wall-clock period: a resumed run may save more or less often
+                   "trainer.checkpoint_every_minutes")
 
 
 # ----------------------------------------------------------------------------- where
@@ -436,7 +438,8 @@ def config_differences(run_dir: Path, cfg: DictConfig) -> list[str]:
     return [
         f"{key}: {before[key]} there, {now[key]} now"
         for key in sorted(before.keys() & now.keys())
-        if key.split(".")[0] not in UNCOMPARED_KEYS and before[key] != now[key]
+        if key.split(".")[0] not in UNCOMPARED_KEYS and key not in UNCOMPARED_KEYS
+        and before[key] != now[key]
     ]
 
 

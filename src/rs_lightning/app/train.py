@@ -15,6 +15,7 @@ complete version.
 from __future__ import annotations
 
 import copy
+import csv
 import dataclasses
 import datetime
 import os
@@ -54,10 +55,43 @@ from rs_lightning.engine.checkpoints import save_checkpoint_file
 from rs_lightning.engine.experience import member_seeds
 from rs_lightning.files import (
     append_jsonl,
+    read_jsonl,
     truncate_jsonl,
     write_json_atomic,
     write_text_atomic,
 )
+
+
+def lost_updates_line(run_dir: Path, train, start_step: int) -> str | None:
+    """What an earlier attempt in ``run_dir`` trained that no checkpoint kept (None if
+    nothing or no earlier attempt): its last recorded step, from its evaluations
+    (``eval_history.jsonl``) and CSV metrics, against the step this attempt starts from."""
+    if not (run_dir / "attempts.jsonl").is_file():
+        return None
+    reached = [record.get("step", 0) for path in run_dir.glob("**/eval_history.jsonl")
+               for record in read_jsonl(path, warn=False)]
+    for path in run_dir.glob("**/csv/metrics.csv"):
+        try:
+            with open(path, newline="") as file:
+                reached += [float(row["step"]) for row in csv.DictReader(file) if row.get("step")]
+        except (OSError, ValueError, csv.Error):  # a row cut by the kill
+            pass
+    last = int(max([0, *[s for s in reached if isinstance(s, (int, float))]]))
+    if start_step == 0:
+        trainer = train.trainer
+        periods = [f"{key}={value:g}" for key, value in (
+            ("trainer.checkpoint_every_n_steps", trainer.checkpoint_every_n_steps),
+            ("trainer.checkpoint_every_minutes", trainer.checkpoint_every_minutes)) if value]
+        trained = (f"its {last} updates (its last record) are lost" if last
+                   else "the updates it made are lost (it recorded none)")
+        return (f"[rs_lightning] an earlier attempt in {run_dir} stopped before its first "
+                f"checkpoint: training starts over from step 0 and {trained}; checkpoints: "
+                + (", ".join(periods) or "only at the end"))
+    if last > start_step:
+        return (f"[rs_lightning] {last - start_step} updates of the earlier attempt (to step "
+                f"{last}, its last record) came after its last checkpoint (step {start_step}) "
+                "and are trained again")
+    return None
 
 
 def member_folder(run_dir: Path, seed: int) -> Path:
@@ -180,6 +214,9 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
     write_text_atomic(run_dir / "config.yaml", run_config_yaml(cfg))
     # A record cut by a kill is dropped, as from eval_history.jsonl below.
     truncate_jsonl(run_dir / "attempts.jsonl", lambda record: True)
+    lost = lost_updates_line(run_dir, train, start_step)
+    if lost:
+        print(lost, file=sys.stderr)
     append_jsonl(run_dir / "attempts.jsonl", {
         "start_step": start_step, "ckpt_path": train.ckpt_path, "pid": os.getpid(),
         "host": socket.gethostname(), "time": datetime.datetime.now().isoformat(timespec="seconds"),

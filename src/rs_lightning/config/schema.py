@@ -203,6 +203,7 @@ class TrainerSection:
     max_steps: int = MISSING  # gradient updates
     log_every_n_steps: int = MISSING
     checkpoint_every_n_steps: int = MISSING  # 0: only the final checkpoint
+    checkpoint_every_minutes: float = MISSING  # last.ckpt on a wall-clock period (0: none)
     stop_at_return: Optional[float] = MISSING  # end at the first evaluation reaching it
     max_time: Optional[str] = MISSING  # wall-clock budget: seconds, HH:MM:SS or DD:HH:MM:SS
 
@@ -220,6 +221,9 @@ class TrainerSection:
             ">= 0",
             self.checkpoint_every_n_steps,
         )
+        _require(math.isfinite(self.checkpoint_every_minutes) and self.checkpoint_every_minutes >= 0,
+                 "trainer.checkpoint_every_minutes", "a number of minutes >= 0",
+                 self.checkpoint_every_minutes)
         if self.max_time is not None:
             max_time_seconds(self.max_time)
         if self.stop_at_return is not None:

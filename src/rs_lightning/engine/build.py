@@ -18,7 +18,7 @@ from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import Members, StackedMembers, make_members
 from rs_lightning.config.migrations import migrate_checkpoint
 from rs_lightning.config.schema import ValidatedConfig, max_time_seconds
-from rs_lightning.engine.callbacks import CheckpointOnSigterm
+from rs_lightning.engine.callbacks import CheckpointEveryMinutes, CheckpointOnSigterm
 from rs_lightning.engine.checkpoints import save_checkpoint_file
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
 from rs_lightning.engine.learner import QLearning
@@ -124,20 +124,25 @@ def compile_members(members: Members) -> None:
 
 
 def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
-    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks, and a
+    """Lightning's periodic checkpoints, if ``trainer.checkpoint_every_n_steps`` asks,
+    ``last.ckpt`` every ``trainer.checkpoint_every_minutes`` of training, if it asks, and a
     checkpoint when the run is stopped by SIGTERM (always)."""
-    stop = CheckpointOnSigterm(checkpoint_dir / "last.ckpt")
-    if train.trainer.checkpoint_every_n_steps <= 0:
-        return [stop]
-
-    return [stop, ModelCheckpoint(
-        dirpath=checkpoint_dir,
-        filename="step{step:07d}",
-        auto_insert_metric_name=False,
-        every_n_train_steps=train.trainer.checkpoint_every_n_steps,
-        save_top_k=-1,
-        save_last=True,
-    )]  # fmt: skip
+    callbacks: list[pl.Callback] = [CheckpointOnSigterm(checkpoint_dir / "last.ckpt")]
+    if train.trainer.checkpoint_every_minutes > 0:
+        callbacks.append(CheckpointEveryMinutes(checkpoint_dir / "last.ckpt",
+                                                train.trainer.checkpoint_every_minutes))
+    if train.trainer.checkpoint_every_n_steps > 0:
+        callbacks.append(ModelCheckpoint(
+            dirpath=checkpoint_dir,
+            filename="step{step:07d}",
+            auto_insert_metric_name=False,
+            every_n_train_steps=train.trainer.checkpoint_every_n_steps,
+            save_top_k=-1,
+            save_last=True,
+            # last.ckpt is also written by the other checkpoints: replaced, never last-v1.ckpt.
+            enable_version_counter=False,
+        ))  # fmt: skip
+    return callbacks
 
 
 def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
@@ -157,7 +162,8 @@ def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Train
         callbacks=callbacks,
         enable_progress_bar=False,
         enable_model_summary=False,
-        enable_checkpointing=train.trainer.checkpoint_every_n_steps > 0,
+        enable_checkpointing=(train.trainer.checkpoint_every_n_steps > 0
+                              or train.trainer.checkpoint_every_minutes > 0),
         num_sanity_val_steps=0,
         limit_val_batches=0,
         default_root_dir=str(run_dir),

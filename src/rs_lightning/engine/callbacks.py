@@ -1,4 +1,5 @@
-"""Training callbacks of the engine: the progress display and the checkpoint on SIGTERM."""
+"""Training callbacks of the engine: the progress display and the checkpoints on SIGTERM and
+on a wall-clock period."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 
@@ -27,6 +29,28 @@ class CheckpointOnSigterm(pl.Callback):
 
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)
+
+
+class CheckpointEveryMinutes(Checkpoint):
+    """Replace ``path`` every ``minutes`` of training, so that a kill no SIGTERM announces
+    (``kill -9``, a lost node) loses at most that much of a run however slow its updates.
+
+    A :class:`~pytorch_lightning.callbacks.Checkpoint`, which Lightning calls after the other
+    callbacks: the state saved at an update holds that update's periodic evaluation, as a
+    periodic checkpoint of that step does, and resumes exactly as one."""
+
+    def __init__(self, path: Path, minutes: float) -> None:
+        self.path = Path(path)
+        self.seconds = 60.0 * minutes
+        self._saved_at = time.monotonic()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._saved_at = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if time.monotonic() - self._saved_at >= self.seconds:
+            trainer.save_checkpoint(self.path)
+            self._saved_at = time.monotonic()
 
 
 def compact_number(value: float) -> str:
