@@ -10,8 +10,9 @@ Two ways to hold the members, one interface:
 
 - :class:`StackedMembers` for agents with ``supports_members`` when K > 1: one network whose
   every parameter has a leading dimension K (:func:`stack_members`), one batched forward and
-  backward pass for all members (the same numbers as K separate networks up to the rounding
-  of batched products);
+  backward pass for all members (on a CPU the same numbers as K separate networks, to the
+  bit, for the layers of ``agents/base.py``, with the update's elementwise steps taken
+  through :meth:`Members.elementwise_views`);
 - :class:`LoopedMembers` otherwise: the K agents run one after the other. K = 1 always runs
   this way, so a single seed computes exactly what one plain agent computes.
 """
