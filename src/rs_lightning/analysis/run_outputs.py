@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rs_lightning.analysis.evaluation import evaluate_run
 from rs_lightning.analysis.plots import plot_policy, plot_return_distributions
 from rs_lightning.analysis.report import DECISION_CELLS, START_CELL, log_run_media
@@ -34,10 +35,12 @@ def write_member_outputs(policy, run_config, folder: Path, loggers: list, steps:
 
 def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
               env_steps: int) -> None:
-    """W&B runs also get the evaluation as a Table and, on a grid world, the distribution
-    figure of the decision state (written into the run folder as ``distributions.png``)."""
+    """W&B and TensorBoard runs also get the evaluation as a table and, on a grid world, the
+    distribution figure of the decision state (written into the run folder as
+    ``distributions.png``); TensorBoard the final evaluation's returns as a histogram."""
     wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
-    if not wandb_loggers:
+    board_loggers = [logger for logger in loggers if type(logger).__name__ == "TensorBoardLogger"]
+    if not wandb_loggers and not board_loggers:
         return
     figure = None
     env = run_config.train.env
@@ -47,3 +50,28 @@ def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
         plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
     for logger in wandb_loggers:
         log_run_media(logger.experiment, summary, figure)
+    for logger in board_loggers:
+        log_board_media(logger.experiment, summary, figure, steps)
+
+
+def log_board_media(writer, summary: dict[str, Any], figure: Path | None, step: int) -> None:
+    """The final evaluation in a TensorBoard ``SummaryWriter``: its episode returns as a
+    histogram (eval.json's bins; the sums from its mean and standard deviation, exact),
+    its figures as a text table and the distribution figure as an image."""
+    histogram, n = summary["return_histogram"], summary["episodes"]
+    mean, std = summary["expectation"], summary["return_std"]
+    writer.add_histogram_raw(
+        "eval/final_returns", min=histogram["edges"][0], max=histogram["edges"][-1], num=n,
+        sum=mean * n, sum_squares=n * (std ** 2 + mean ** 2),
+        bucket_limits=histogram["edges"][1:], bucket_counts=histogram["counts"],
+        global_step=step)
+    rows = [f"| {key} | {value} |" for key, value in sorted(summary.items())
+            if isinstance(value, (int, float, str))]
+    writer.add_text("eval/summary", "\n".join(["| metric | value |", "|---|---|", *rows]), step)
+    if figure is not None and Path(figure).is_file():
+        from PIL import Image
+
+        with Image.open(figure) as image:
+            writer.add_image("figures/distributions", np.asarray(image.convert("RGB")), step,
+                             dataformats="HWC")
+    writer.flush()

@@ -1,4 +1,5 @@
-"""The loggers of a run's members: W&B (offline by default, online with a fallback), CSV or none."""
+"""The loggers of a run's members: W&B (offline by default, online with a fallback), CSV,
+TensorBoard or none."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from pytorch_lightning.loggers import CSVLogger, WandbLogger
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from rs_lightning.analysis.wandb_support import quiet_wandb_environment, wandb_online_problem
@@ -88,6 +89,12 @@ def make_loggers(run_config: ValidatedConfig, run_dir: Path, resolved: dict[str,
 
         return [ResumingCSVLogger(save_dir=str(run_dir), name="csv", version="",
                                   resume_step=resume_step)]
+    if cfg.backend == "tensorboard":
+        # A resumed run's events replace those the earlier attempt logged after its
+        # checkpoint (TensorBoard's purge_step), as its CSV rows do.
+        return [TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="",
+                                  default_hp_metric=False,
+                                  purge_step=resume_step + 1 if resume_step else None)]
 
     quiet_wandb_environment()
     train = run_config.train

@@ -8,6 +8,7 @@ raises :class:`ConfigError` naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 from dataclasses import dataclass, field
@@ -283,12 +284,12 @@ class HardwareSection:
                               "which this machine lacks; use hardware=cpu (or auto)")
 
 
-LOGGER_BACKENDS = ("wandb", "csv", "none")
+LOGGER_BACKENDS = ("wandb", "csv", "tensorboard", "none")
 
 
 @dataclass
 class LoggerSection:
-    backend: str = MISSING  # wandb | csv | none
+    backend: str = MISSING  # wandb | csv | tensorboard | none
     project: str = MISSING
     entity: Optional[str] = MISSING
     offline: bool = MISSING  # W&B offline mode: no account, `wandb sync` later
@@ -299,6 +300,9 @@ class LoggerSection:
 
     def check(self) -> None:
         _one_of("logger.backend", self.backend, LOGGER_BACKENDS)
+        if self.backend == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("logger.backend", "tensorboard needs the tensorboard package: "
+                              "pip install 'rs-lightning[tensorboard]'")
         _require(self.online_timeout > 0, "logger.online_timeout", "positive (seconds)",
                  self.online_timeout)
 
