@@ -18,7 +18,10 @@ calls this module there):
   policy; every such policy with P(S < y) below the level attains alpha E + (1 - alpha) y
   (a lower bound attained by an explicit policy), and weak duality bounds the optimum from
   above at every y (:func:`static_var_bounds`). Both are exact statements about the exact
-  laws; where they meet the optimum is exact.
+  laws. For the thresholds they leave open, :func:`static_var` searches every deterministic
+  policy of the history through the Pareto frontier of (P(S < y), E[S]) on the tree of
+  (step, state, return so far), which closes the gap where the tree is small (the American
+  put); elsewhere (trading) the two bounds are the answer.
 
 Every programme runs on the nodes (step, state) an episode can reach (:func:`reachable`),
 so a time limit shorter than the longest path is honoured.
