@@ -114,7 +114,7 @@ def test_stacked_updates_are_each_members_single_updates_to_the_bit(name):
     utility = Utility(0.5, "cvar", {"rho": 0.25})
     gen = torch.Generator().manual_seed(0)
     members = len(seeds)
-    for update in range(30):
+    for update in range(20):
         terminated = (torch.rand(members, 1, 32, generator=gen) < 0.1).float()
         batch = Transitions(torch.rand(members, 1, 32, 2, generator=gen) * 2 - 1,
                             torch.rand(members, 1, 32, 2, generator=gen) * 2 - 1,
