@@ -31,6 +31,8 @@ TOOLS = {
               "--config-dir for presets of your own)"),
     "evaluate": ("rs_lightning.app.commands.evaluation",
                  "re-evaluate finished runs, or evaluate them at another alpha and rho"),
+    "record": ("rs_lightning.app.commands.record",
+               "a GIF or MP4 of a finished run's greedy policy, at its setting or another"),
     "frontier": ("rs_lightning.app.commands.frontier",
                  "evaluate runs at a grid of alphas: the E-against-risk frontier"),
     "results": ("rs_lightning.app.commands.results",

@@ -1,0 +1,77 @@
+"""rs-lightning record: a finished run's greedy policy as a GIF, on a grid world (drawn from
+its text picture), Pendulum (classic control) and LunarLander (Box2D) from their renderers;
+unfinished runs and bad arguments refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from rs_lightning.app.commands.record import main as record
+from rs_lightning.app.train import run
+
+
+def gif_frames(path) -> list[np.ndarray]:
+    frames = []
+    with Image.open(path) as gif:
+        for index in range(gif.n_frames):
+            gif.seek(index)
+            frames.append(np.asarray(gif.convert("RGB")))
+    return frames
+
+
+BAD = [
+    (["--episodes", "0"], "--episodes"),
+    (["--episodes", "101"], "--episodes: at most 100"),
+    (["--out", "x.avi"], "must end in .gif or .mp4"),
+    (["--fps", "0"], "--fps"),
+    (["beta=2"], "beta: not a setting of risk=var; allowed: alpha, rho"),
+]
+
+
+def test_a_grid_world_run_is_drawn_cell_by_cell_and_bad_input_refused(compose, tmp_path,
+                                                                      capsys):
+    grid_run = tmp_path / "grid"
+    run(compose(["agent=dqn", "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                 "trainer.max_steps=60", "evaluation.episodes=20", "evaluation.every_n_steps=0"]),
+        grid_run)
+    capsys.readouterr()
+    assert record([str(grid_run), "--episodes", "2"]) == 0
+    frames = gif_frames(grid_run / "episodes.gif")
+    line = capsys.readouterr().out
+    assert line.startswith(f"{grid_run / 'episodes.gif'}: 2 episodes, ")
+    # A GIF keeps a still picture (a step into a wall) as one longer frame.
+    assert int(line.split(", ")[1].split()[0]) >= len(frames) > 2
+    assert frames[0].shape == (192, 192, 3)  # 3 x 3 cells of 64 pixels
+    # The agent (blue) starts at the start cell, below the middle, and moves.
+    agent = [tuple(np.argwhere((f == (31, 119, 180)).all(axis=2)).mean(axis=0) // 64)
+             for f in frames]
+    assert agent[0] == (2, 1) and len(set(agent)) > 1
+
+    for arguments, message in BAD:
+        assert record([str(grid_run), *arguments]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: ") and message in line, line
+    assert not list(grid_run.glob("*.avi"))
+
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.yaml").write_text((grid_run / "config.yaml").read_text())
+    assert record([str(unfinished)]) == 2
+    assert "the run has not finished" in capsys.readouterr().err
+    assert not (unfinished / "episodes.gif").exists()
+
+
+@pytest.mark.parametrize("env, agent", [("pendulum", "dsac"), ("lunar_lander", "dqn")])
+def test_a_gymnasium_world_is_recorded_from_its_own_renderer(compose, tmp_path, env, agent):
+    run(compose([f"agent={agent}", f"env={env}", "debug=quick", "logger=none",
+                 "callbacks.progress_bar=false", "trainer.max_steps=40",
+                 "learning.warmup_steps=20", "evaluation.episodes=1",
+                 "evaluation.episodes_during_training=1", "evaluation.every_n_steps=0"]),
+        tmp_path)
+    out = tmp_path / "clip.gif"
+    assert record([str(tmp_path), "--out", str(out)]) == 0
+    frames = gif_frames(out)
+    assert len(frames) > 10 and frames[0].shape[2] == 3
+    assert len({frame.tobytes() for frame in frames}) > 1  # it moves
