@@ -60,6 +60,7 @@ from torch import Tensor, nn
 from rs_lightning.agents.base import (
     ATOMS_WHY,
     MAX_ATOMS,
+    MAX_LAYER_WIDTH,
     check_count,
     check_layer_sizes,
     MISSING,
@@ -107,8 +108,12 @@ class IQNConfig(AgentConfig):
     def check(self) -> None:
         super().check()
         check_layer_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
-        for key in ("n_cosines", "n_fractions", "n_target_fractions", "n_acting_fractions"):
+        for key in ("n_fractions", "n_target_fractions"):  # the loss's pairs
             check_count(key, getattr(self, key), 1, MAX_ATOMS, ATOMS_WHY)
+        check_count("n_cosines", self.n_cosines, 1, MAX_LAYER_WIDTH, "the cosine features "
+                    "feed a layer")
+        check_count("n_acting_fractions", self.n_acting_fractions, 1, MAX_LAYER_WIDTH,
+                    "quantiles of every action at every step")
         check_kappa(self.kappa)
         if self.risk_route not in RISK_ROUTES:
             raise ValueError(
