@@ -9,6 +9,7 @@ before anything is played or written.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fps", type=int, default=None,
                         help="frames per second (default: the environment's, else 30)")
     args = parser.parse_args(argv)
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        # No display: MuJoCo draws through EGL (headless OpenGL) unless told otherwise.
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         run_dirs, setting = split_arguments(args.run_and_setting)
         if len(run_dirs) != 1:
