@@ -72,6 +72,7 @@ from rs_lightning.analysis.wandb_support import (
 )
 from rs_lightning.config.migrations import read_run_config
 from rs_lightning.envs import GRID_WORLDS
+from rs_lightning.files import write_text_atomic
 
 # The state whose decision each grid world's distribution figure shows: where the
 # risk-averse and the expectation-seeking choices differ.
@@ -226,7 +227,7 @@ def build_report(sweep_dir: Path, out_dir: Optional[Path] = None) -> SweepReport
         report.group = config.logger.get("group") or report.group
     report.figures = render_figures(sweep_dir, out_dir, rows, table)
     report.study = read_study(sweep_dir)
-    report.html_path.write_text(render_html(report))
+    write_text_atomic(report.html_path, render_html(report))
     return report
 
 

@@ -36,7 +36,7 @@ from rs_lightning.analysis.stats import (
 )
 from rs_lightning.envs import GRID_WORLDS
 from rs_lightning.errors import ConfigError
-from rs_lightning.files import run_files
+from rs_lightning.files import run_files, write_text_atomic
 
 # The paper's Table 2 (E[S], VaR_0.1[S], U[S] with alpha 0.5 and R = VaR): DQN learns the
 # orange paths, RS-UMDQN-C the green ones.
@@ -612,8 +612,8 @@ def write_table(rows: list[dict[str, Any]], out: Path) -> tuple[list[dict[str, A
     markdown = to_markdown(table)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(markdown)
-    (out / "results.csv").write_text(to_csv(table))
+    write_text_atomic(out / "results.md", markdown)
+    write_text_atomic(out / "results.csv", to_csv(table))
     return table, markdown
 
 
