@@ -45,7 +45,8 @@ PRESETS = ("cartpole", "cliff_walking", "frozen_lake", "lunar_lander")
 
 def env_section(**fields) -> EnvSection:
     base = dict(id="CartPole-v1", kwargs={}, gamma=0.99, reward_clip=None, return_min=0.0,
-                return_max=1.0)
+                return_max=1.0, reward_scale=1.0, max_episode_steps=None,
+                observation_normalization="none", num_envs=1)
     return EnvSection(**{**base, **fields})
 
 
@@ -523,5 +524,5 @@ def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
     assert np.array_equal(counts, singles[0] + singles[1])
     assert main(["heatmap", str(run_dir), "--episodes", "2", "--out", str(tmp_path / "h.png")]) == 0
     assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(SystemExit, match="no finished run"):
+    with pytest.raises(FileNotFoundError, match="no finished run"):
         heatmap_panel(tmp_path, episodes=1)
