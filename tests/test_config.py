@@ -77,7 +77,7 @@ def test_used_by_overrides_reach_the_utility(compose):
         (["risk.name=nope"], "risk"),
         (["agent.hidden_sizes=[]"], "agent.hidden_sizes"),
         (["agent.loss=l1"], "agent.loss"),
-        (["logger.backend=tensorboard"], "logger.backend"),
+        (["logger.backend=mlflow"], "logger.backend"),
         (["hardware.accelerator=tpu"], "hardware.accelerator"),
         (["+risk.beta=2"], "risk"),
         (["learning.n_step=1000000"], "learning.n_step"),

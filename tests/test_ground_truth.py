@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -97,13 +98,29 @@ def test_distances_are_per_action():
     assert np.all(np.isfinite(d))
 
 
-def test_evaluation_progress_bar_counts_every_episode(capsys):
+def test_evaluation_progress_bar_counts_every_episode(capsys, monkeypatch):
+    from rs_lightning.analysis import evaluation
+
+    closed = []
+
+    class RecordedProgress(evaluation._EpisodeProgress):
+        def close(self) -> None:
+            super().close()
+            closed.append((self.bar.n, self.bar.total, self.outcome_sum / self.outcome_count))
+
+    monkeypatch.setattr(evaluation, "_EpisodeProgress", RecordedProgress)
     name = "risky_rewards"
     policy = table_policy(PAPER_PATHS[name]["green"])
+    # On a terminal the bar is drawn in place and cleared at its end: it ends at every episode,
+    # with the running R_s.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     evaluate_policy(policy, env_config(name), Utility(1.0), 0.1, episodes=1200, seed=0, progress=True)
-    err = capsys.readouterr().err
-    # Not a terminal here: the bar's one plain line at its end (tests/test_progress.py).
-    assert "evaluation: 1200 episodes in " in err and "R_s=1" in err
+    assert closed == [(1200, 1200, 1.0)]
+    assert "evaluation" in capsys.readouterr().err
+    # Elsewhere (a log file, a pipe) it writes nothing (tests/test_progress.py).
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    evaluate_policy(policy, env_config(name), Utility(1.0), 0.1, episodes=600, seed=0, progress=True)
+    assert len(closed) == 2 and capsys.readouterr().err == ""
 
 
 def two_stage_config():

@@ -64,7 +64,7 @@ def test_the_policy_command_writes_policy_png(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "policy.json").write_text(json.dumps({f"{x},{y}": 1 for x in range(3) for y in range(3)}))
-    (run / "config.yaml").write_text("env:\n  id: rs_lightning/RiskyGridWorld-v0\n")
+    (run / "config.yaml").write_text("env:\n  id: rs_lightning/RiskyGridWorld-v0\nagent:\n  name: dqn\n")
     from rs_lightning.app.commands.plots import main
 
     assert main(["policy", str(run)]) == 0
