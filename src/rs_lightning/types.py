@@ -1,4 +1,5 @@
-"""Plain types shared by the pure core: what a replay memory holds and what an agent knows.
+"""Plain types shared by the pure core: what a replay memory and a rollout hold, and what an
+agent knows.
 
 They live below ``agents/``, ``envs/`` and the replay memory so that each of those can use
 them without importing the others.
@@ -26,6 +27,36 @@ class Transitions(NamedTuple):
     discount: Tensor
 
 
+class PolicySample(NamedTuple):
+    """What an on-policy agent's behaviour gives for a batch of observations ``[..., B, D]``
+    (:meth:`rs_lightning.agents.on_policy.OnPolicyAgent.sample`)."""
+
+    action: Tensor  # [..., B] int64; continuous actions: [..., B, action_dim] float32
+    log_prob: Tensor  # [..., B] float32: log pi(action | obs) of the policy that acted
+    value: Tensor  # [..., B, n] float32: the critic's n atoms (equal weights) of the return law
+
+
+class RolloutBatch(NamedTuple):
+    """A minibatch of on-policy experience: steps of fixed-length rollouts, shuffled. One
+    agent sees ``[B, ...]`` fields; the engine's K members see ``[K, B, ...]``.
+
+    ``log_prob`` and ``value`` are what the policy and the critic said when the step was
+    collected (the old policy of a clipped surrogate); ``advantage`` and ``returns`` come
+    from generalised advantage estimation over the whole rollout
+    (:func:`rs_lightning.agents.on_policy.generalized_advantages`, on the critic's mean).
+    """
+
+    obs: Tensor  # [B, obs_dim] float32, as the policy saw it (the objective's features appended)
+    action: Tensor  # [B] int64; continuous actions: [B, action_dim] float32, as sampled
+    log_prob: Tensor  # [B] float32: log pi_old(action | obs)
+    value: Tensor  # [B, n] float32: the critic's atoms at obs when collected
+    advantage: Tensor  # [B] float32: the GAE(lambda) advantage
+    returns: Tensor  # [B] float32: advantage + the critic's mean, the lambda-return
+    reward: Tensor  # [B] float32: the learning reward (scaled, clipped)
+    terminated: Tensor  # [B] float32: 1 where the episode ended in a terminal state
+    truncated: Tensor  # [B] float32: 1 where a time limit cut it (bootstrapped from the critic)
+
+
 @dataclass(frozen=True)
 class Problem:
     """What an agent needs to know of the environment and of the learning setting."""
@@ -46,6 +77,9 @@ class Problem:
     # 0: discrete actions; d > 0: continuous actions in the box [-1, 1]^d (the environment's
     # own bounds are mapped onto it, rs_lightning.envs.gym_support).
     action_dim: int = 0
+    # The name of each discrete action (rs_lightning.envs.action_names); () where the
+    # environment names none: its actions are shown as numbers.
+    action_names: tuple[str, ...] = ()
 
     @property
     def continuous(self) -> bool:

@@ -8,7 +8,9 @@ the same risk measure decides both (the paper's two changes, and nothing else).
 
 To add an agent: write one module in this package with a config dataclass derived from
 :class:`AgentConfig` and a class derived from :class:`Agent`, decorate the class with
-``@register_agent("name", NameConfig)``, and add ``conf/agent/name.yaml``.
+``@register_agent("name", NameConfig)``, and add ``conf/agent/name.yaml``. An on-policy
+agent (an actor and a critic learned from rollouts) derives from
+:class:`rs_lightning.agents.on_policy.OnPolicyAgent` instead, whose docstring is its contract.
 
 Members (seeds trained together, :mod:`rs_lightning.agents.members`): an agent whose code
 treats leading dimensions as independent (``...``-style indexing, reductions over the batch
@@ -146,6 +148,9 @@ class Agent(nn.Module, ABC):
     # Whether its laws live on [return_min, return_max] (atoms or a grid there), piling at
     # the ends what lies beyond; quantile agents' atoms go wherever the returns are.
     fixed_support: bool = False
+    # Whether it learns from rollouts of its own policy (rs_lightning.agents.on_policy)
+    # rather than from a replay memory.
+    on_policy: bool = False
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()

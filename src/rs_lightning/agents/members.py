@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from rs_lightning.agents.base import Agent, ChooseAction, rows_of
 from rs_lightning.risk import ReturnDistribution
-from rs_lightning.types import Problem, Transitions
+from rs_lightning.types import PolicySample, Problem, RolloutBatch, Transitions
 
 
 def stack_members(agents: list[Agent]) -> Agent:
@@ -200,9 +200,15 @@ class Members(nn.Module, ABC):
         normal ``noise[K, B, d]``: ``obs[K, B, ...]`` -> ``[K, B, d]``."""
 
     @abstractmethod
-    def loss(self, batch: Transitions, target: "Members", choose_action: ChooseAction
-             ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Each member's loss on its own batch -> ``([K], {name: [K]})``."""
+    def sample(self, obs: Tensor, noise: Tensor) -> PolicySample:
+        """Each on-policy member's draw (:meth:`~rs_lightning.agents.on_policy.OnPolicyAgent.
+        sample`): ``obs[K, B, ...]``, ``noise[K, B, ...]`` -> fields ``[K, B, ...]``."""
+
+    @abstractmethod
+    def loss(self, batch: Transitions | RolloutBatch, target: "Members | None",
+             choose_action: ChooseAction) -> tuple[Tensor, dict[str, Tensor]]:
+        """Each member's loss on its own batch -> ``([K], {name: [K]})`` (``target`` None
+        for on-policy members, which keep no target networks)."""
 
     @abstractmethod
     def clip_gradients(self, max_norm: float) -> Tensor:
@@ -258,8 +264,12 @@ class StackedMembers(Members):
     def sample_action(self, obs: Tensor, noise: Tensor) -> Tensor:
         return self.network.sample_action(obs, noise)
 
+    def sample(self, obs: Tensor, noise: Tensor) -> PolicySample:
+        return self.network.sample(obs, noise)
+
     def loss(self, batch, target, choose_action):
-        return self.network.loss(batch, target.network, choose_action)
+        return self.network.loss(batch, None if target is None else target.network,
+                                 choose_action)
 
     def clip_gradients(self, max_norm: float) -> Tensor:
         return clip_member_gradients(self.parameter_list(), max_norm)
@@ -311,12 +321,19 @@ class LoopedMembers(Members):
         return torch.stack([agent.sample_action(obs[k], noise[k])
                             for k, agent in enumerate(self._agent_list)])
 
+    def sample(self, obs: Tensor, noise: Tensor) -> PolicySample:
+        draws = [agent.sample(obs[k], noise[k]) for k, agent in enumerate(self._agent_list)]
+        return PolicySample(*(torch.stack(field) for field in zip(*draws)))
+
     def loss(self, batch, target, choose_action):
+        fields = type(batch)  # Transitions, or an on-policy RolloutBatch
         if self.count == 1:
-            loss, metrics = self._agent_list[0].loss(Transitions(*(f[0] for f in batch)),
-                                                     target._agent_list[0], rows_of(choose_action, 0))
+            loss, metrics = self._agent_list[0].loss(
+                fields(*(f[0] for f in batch)),
+                None if target is None else target._agent_list[0], rows_of(choose_action, 0))
             return loss.unsqueeze(0), {name: v.unsqueeze(0) for name, v in metrics.items()}
-        results = [agent.loss(Transitions(*(f[k] for f in batch)), target.agents[k],
+        results = [agent.loss(fields(*(f[k] for f in batch)),
+                              None if target is None else target.agents[k],
                               rows_of(choose_action, k))
                    for k, agent in enumerate(self.agents)]
         losses = torch.stack([loss for loss, _ in results])

@@ -10,7 +10,8 @@ utility, the risk-conditioned utility, the static objective, ...):
 - :meth:`Objective.acting_rule`: the network's input and the argmax rule for the
   observations the copies show;
 - :meth:`Objective.batch_state` and :meth:`Objective.prepare_batch`: what a replay batch
-  becomes before the loss, and the rule that picks its target actions;
+  becomes before the loss, and the rule that picks its target actions
+  (:meth:`Objective.prepare_rollout`: the same for an on-policy agent's minibatch);
 - :meth:`Objective.at`, :meth:`Objective.monte_carlo_summary` and
   :meth:`Objective.exact_summary`: evaluation at another setting, and the figures an
   evaluation adds.
@@ -29,7 +30,7 @@ import numpy as np
 from torch import Tensor
 
 from rs_lightning.risk import ReturnDistribution, Utility
-from rs_lightning.types import Problem, Transitions
+from rs_lightning.types import Problem, RolloutBatch, Transitions
 
 # Observations (on the network's device) -> Z(s, a): a network's return_distribution.
 Network = Callable[[Tensor], ReturnDistribution]
@@ -155,6 +156,12 @@ class Objective(ABC):
     def prepare_batch(self, transitions: Transitions, state: BatchState):
         """``(transitions, choose_action)``: a replay batch of every member ``[K, B, ...]``
         as the loss takes it, and the rule picking its target actions."""
+
+    def prepare_rollout(self, batch: RolloutBatch, state: BatchState):
+        """``(batch, choose_action)``: a minibatch of every member's rollout ``[K, B, ...]``
+        (its observations as the policy saw them) as an on-policy loss takes it, and the rule
+        whose utility it optimises (here the run's own, the same for every row)."""
+        return batch, self.utility.greedy
 
     def at(self, utility: Utility) -> Objective:
         """This objective acting on another setting (an evaluation), or ValueError in one

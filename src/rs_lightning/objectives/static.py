@@ -231,6 +231,10 @@ class Static(Objective):
         # Each target action by its next state's (c, gamma^t, b).
         return transitions, self.static.choose_action_at(transitions.next_obs)
 
+    def prepare_rollout(self, batch, state):
+        # Each row by its own (c, gamma^t, b), which the policy saw.
+        return batch, self.static.choose_action_at(batch.obs)
+
     def at(self, utility: Utility) -> Static:
         raise ValueError("a run of objective=static is evaluated at its own setting only "
                          "(its network learned the laws of its own rule)")
