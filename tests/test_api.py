@@ -257,3 +257,21 @@ def test_a_sweeps_runs_as_rows(runs, tmp_path):
             rs_lightning.load_runs(tmp_path, as_frame=True)
     else:
         assert len(rs_lightning.load_runs(tmp_path)) == 2
+
+
+def test_actions_have_the_environments_names(runs):
+    """A grid world names its moves: the API gives the names of the actions it chose; an
+    actor-critic's box has none, and a number that is no action is refused in one line."""
+    grid = rs_lightning.load_agent(runs["c51"])
+    assert grid.action_names == ("right", "down", "left", "up")
+    actions = grid.act(CELLS)
+    assert grid.name_actions(actions) == [grid.action_names[a] for a in actions]
+    assert grid.name_actions([3, 0]) == ["up", "right"]
+    for bad in ([4], [-1], [1.5], [[0, 1]]):
+        with pytest.raises(ValueError, match=r"^actions: expected a batch \[B\] of whole "
+                                             r"numbers in 0\.\.3"):
+            grid.name_actions(bad)
+    actor = rs_lightning.load_agent(runs["tqc"])
+    assert actor.action_names is None
+    with pytest.raises(ValueError, match="^name_actions: agent=tqc acts in a continuous box"):
+        actor.name_actions([[0.0, 0.0]])

@@ -115,6 +115,21 @@ def test_an_old_run_loads_and_evaluates_to_its_own_eval_json(folder, obs):
     assert evaluated["utility"] == written["utility"]
 
 
+@pytest.mark.parametrize("folder", [FORMAT_1, FORMAT_2])
+def test_an_old_policy_json_without_action_names_is_drawn_and_its_actions_named(folder, tmp_path,
+                                                                              capsys):
+    """policy.json gained the actions' names beside the cells' numbers: a file without them
+    is still drawn, and the API names an old run's actions from its environment."""
+    table = json.loads((folder / "policy.json").read_text())
+    assert "action_names" not in table
+    out = tmp_path / "policy.png"
+    assert console(["plots", "policy", str(folder), "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    agent = rs_lightning.load_agent(folder)
+    assert agent.action_names == ("right", "down", "left", "up")
+    assert agent.name_actions(agent.act([[1, 0]])) == [agent.action_names[table["1,0"]]]
+
+
 def test_old_runs_of_one_setting_share_one_row_of_the_results():
     rows = [row for folder in (FORMAT_1, FORMAT_2)
             for row in rs_lightning.load_runs(folder, as_frame=False)]

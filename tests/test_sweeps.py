@@ -173,7 +173,7 @@ def test_soak_a_sweep_killed_at_random_moments_ends_complete(tmp_path):
     for job in all_jobs:
         summary = json.loads((job / "eval.json").read_text())
         assert summary["steps"] == 300 and summary["episodes"] == 30
-        assert len(json.loads((job / "policy.json").read_text())) == 9
+        assert len(json.loads((job / "policy.json").read_text())) == 9 + 1  # cells, names
         assert not (job / "failed.json").exists()
         history = [json.loads(line) for line in (job / "eval_history.jsonl").read_text().splitlines()]
         assert [h["step"] for h in history] == [50, 100, 150, 200, 250, 300]

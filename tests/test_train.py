@@ -43,6 +43,8 @@ def test_used_by_command_runs_with_quick_debug(tmp_path):
         assert isinstance(summary[key], float)
     assert summary["cvar"] <= summary["var"] <= max(summary["expectation"], summary["var"])
     policy = json.loads((run_dir / "policy.json").read_text())
+    # The action of every cell, and the names of the actions the numbers stand for.
+    assert policy.pop("action_names") == ["right", "down", "left", "up"]
     assert sorted(policy) == sorted(f"{x},{y}" for x in range(3) for y in range(3))
     assert set(policy.values()) <= {0, 1, 2, 3}
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -5,6 +5,7 @@ distributions, evaluate it, and list a sweep's runs.
 
     agent = rs_lightning.load_agent("outputs/runs/<run>")        # a seed_<s>/ of a K-seed run
     agent.act(observations)                                       # greedy actions [B]
+    agent.action_names, agent.name_actions(agent.act(observations))  # ('right', ...), ['up']
     laws = agent.distribution(observations)                       # Z(s, a) of every action
     laws.expectation, laws.var(0.1), laws.cvar(0.1), laws.utility  # [B, A] each
     laws.quantiles([0.1, 0.5, 0.9]), laws.cdf([-1.0, 0.0])        # [B, A, levels / points]
@@ -128,6 +129,30 @@ class TrainedAgent:
     @property
     def n_actions(self) -> int:
         return self.policy.n_actions
+
+    @property
+    def action_names(self) -> tuple[str, ...] | None:
+        """The name of each action, as the environment names them (``("right", "down",
+        "left", "up")`` on a grid world, ``("hold", "exercise")`` on the American put), or
+        None: continuous actions, or an environment that names none."""
+        return self.policy.agent.problem.action_names or None
+
+    def name_actions(self, actions) -> list[str]:
+        """The names of ``actions`` (what `act` returns, a batch ``[B]`` of whole numbers):
+        the environment's names, else the numbers as text. ValueError in one line for an
+        actor-critic or a number that is not one of the actions."""
+        if self.continuous:
+            raise ValueError(f"name_actions: agent={self.config.agent.name} acts in a "
+                             "continuous box; only discrete actions have names")
+        batch = _real_array(actions, "actions")
+        if batch.ndim != 1 or not (batch == np.round(batch)).all() or (
+                batch < 0).any() or (batch >= self.n_actions).any():
+            shown = str(np.asarray(actions).tolist())
+            raise ValueError(f"actions: expected a batch [B] of whole numbers in "
+                             f"0..{self.n_actions - 1} (what act returns), got "
+                             f"{shown if len(shown) <= 80 else shown[:77] + '...'}")
+        names = self.action_names
+        return [names[int(a)] if names else str(int(a)) for a in batch]
 
     def at(self, alpha: float | None = None, **parameter: float) -> TrainedAgent:
         """The same agent at another setting: ``alpha`` in [0, 1] and / or the measure's

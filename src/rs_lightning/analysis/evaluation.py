@@ -333,7 +333,9 @@ def evaluate_run(module, run_config, run_dir: Path, steps: int, env_steps: int,
         env_steps=env_steps,
     )
     if train.env.grid_size and module.objective.observation_markov:
-        table = grid_policy_table(module.greedy, train.env.grid_size)
+        table: dict[str, Any] = dict(grid_policy_table(module.greedy, train.env.grid_size))
+        if module.agent.problem.action_names:
+            table[POLICY_NAMES_KEY] = list(module.agent.problem.action_names)
         write_json_atomic(Path(run_dir) / "policy.json", table)
     # Last: a complete eval.json marks a finished run (rs_lightning.app.jobs skips it).
     write_json_atomic(Path(run_dir) / "eval.json", summary)
@@ -343,6 +345,21 @@ def evaluate_run(module, run_config, run_dir: Path, steps: int, env_steps: int,
 def grid_policy_table(policy: BatchPolicy, size: int = 3) -> dict[str, int]:
     """The greedy action of every cell of a ``size`` x ``size`` grid, keyed ``"x,y"``."""
     return {f"{x},{y}": a for (x, y), a in greedy_cells(policy, size).items()}
+
+
+# policy.json: ``"x,y"`` -> the action's number for every cell, and under this key the
+# name of each action where the environment names them (files without it stay valid).
+POLICY_NAMES_KEY = "action_names"
+
+
+def read_policy_table(table: dict[str, Any]) -> tuple[dict[tuple[int, int], int],
+                                                      tuple[str, ...]]:
+    """A ``policy.json`` read: the action of every cell ``(x, y)`` and the actions' names
+    (``()`` in a file that has none)."""
+    names = tuple(table.get(POLICY_NAMES_KEY) or ())
+    cells = {tuple(int(v) for v in key.split(",")): int(action)
+             for key, action in table.items() if key != POLICY_NAMES_KEY}
+    return cells, names
 
 
 # The most Monte Carlo episodes one evaluation plays (the API's ``evaluate``, ``rs-lightning

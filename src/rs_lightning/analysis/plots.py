@@ -46,7 +46,6 @@ from rs_lightning.risk import expectation
 if TYPE_CHECKING:  # loading a run needs the training code; the curves only read files
     from rs_lightning.analysis.runs import TrainedRun
 
-ACTION_NAMES = ("right", "down", "left", "up")
 DENSITY_BIN = 0.1
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
@@ -130,9 +129,10 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
 
     fig, (ax_cdf, ax_pdf) = plt.subplots(1, 2, figsize=(12, 4.5))
     report = {"cell": list(cell), "chosen_action": chosen, "actions": []}
+    names = run.module.agent.problem.action_names
     for a in range(run.module.n_actions):
         color = COLORS[a % len(COLORS)]
-        name = ACTION_NAMES[a] if a < len(ACTION_NAMES) else str(a)
+        name = names[a] if names else f"action {a}"
         width = 2.6 if a == chosen else 1.2
         label = f"{name}{' (chosen)' if a == chosen else ''}: Q={q[a]:.2f} R={risk[a]:.2f} U={u[a]:.2f}"
         learned = cdf_on(dist.select(a), z)
@@ -143,6 +143,8 @@ def plot_return_distributions(run: TrainedRun, cell: tuple[int, int], out: Path)
         mass, _ = np.histogram(dist.values[a].numpy(), bins=bins, weights=dist.probs[a].numpy())
         ax_pdf.plot(0.5 * (bins[1:] + bins[:-1]), mass / DENSITY_BIN, color=color, lw=width)
         entry = {"action": a, "q": float(q[a]), "risk": float(risk[a]), "utility": float(u[a])}
+        if names:
+            entry["name"] = names[a]
         if laws is not None:
             exact_cdf = laws[a].cdf(z)
             ax_cdf.plot(z, exact_cdf, color=color, lw=1.0, ls=":")
@@ -329,27 +331,30 @@ def plot_probability_of_improvement(table: list[dict[str, Any]], out: Path) -> i
     return len(compared)
 
 
-# Arrow (dx, dy) of each action of the grid worlds, y pointing up (rs_lightning.envs.grid_worlds).
-ACTION_ARROWS = ((1, 0), (0, -1), (-1, 0), (0, 1))
+# Arrow (dx, dy) of each move by its name, y pointing up (rs_lightning.envs.grid_worlds).
+ACTION_ARROWS = {"right": (1, 0), "down": (0, -1), "left": (-1, 0), "up": (0, 1)}
 # Goal colours by their risk outcome R_s: +1 the risk-averse (green) path, -1 the orange one.
 GOAL_COLORS = {1: "tab:green", -1: "tab:orange", 0: "tab:gray"}
 
 
-def plot_policy(table: dict[str, int], env_id: str, out: Path, title: str = "") -> None:
-    """The greedy action of every cell of ``table`` (``policy.json``: ``"x,y"`` -> action)
-    as an arrow; goals (coloured by R_s, no arrow: the episode ends there), the trap and the
-    start marked when the environment ``env_id`` has them."""
+def plot_policy(table: dict[str, Any], env_id: str, out: Path, title: str = "") -> None:
+    """The greedy action of every cell of ``table`` (``policy.json``: ``"x,y"`` -> action,
+    and the actions' names) as an arrow; goals (coloured by R_s, no arrow: the episode ends
+    there), the trap and the start marked when the environment ``env_id`` has them. A file
+    without names (written before they were recorded) is read with the grid worlds' own."""
     import gymnasium as gym
 
     import rs_lightning.envs  # noqa: F401  (registers the grid worlds)
-    from rs_lightning.envs import START
+    from rs_lightning.analysis.evaluation import read_policy_table
+    from rs_lightning.envs import ACTION_NAMES, START
 
     plt = _pyplot()
     env = gym.make(env_id).unwrapped
     goals = {cell: outcome for cell, (_, outcome) in getattr(env, "goals", {}).items()}
     trap = getattr(env, "trap", None)
     env.close()
-    cells = {tuple(int(v) for v in key.split(",")): int(action) for key, action in table.items()}
+    cells, names = read_policy_table(table)
+    names = names or ACTION_NAMES
     size = max(max(x, y) for x, y in cells) + 1
     fig, ax = plt.subplots(figsize=(1.1 * size + 0.8, 1.1 * size + 0.9))
     for (x, y), action in sorted(cells.items()):
@@ -362,7 +367,7 @@ def plot_policy(table: dict[str, int], env_id: str, out: Path, title: str = "") 
             ax.text(x, y - 0.38, "trap", ha="center", va="center", fontsize=8)
         if (x, y) == START:
             ax.text(x, y - 0.38, "start", ha="center", va="center", fontsize=8)
-        dx, dy = ACTION_ARROWS[action]
+        dx, dy = ACTION_ARROWS[names[action]]
         ax.annotate("", xy=(x + 0.3 * dx, y + 0.3 * dy), xytext=(x - 0.3 * dx, y - 0.3 * dy),
                     arrowprops={"arrowstyle": "->", "lw": 2})
     ax.set_xlim(-0.5, size - 0.5)

@@ -39,6 +39,8 @@ HOLD, EXERCISE = 0, 1
 class AmericanPut(PublishedModelEnv):
     """Hold or exercise an American put on a binomial lattice (module docstring)."""
 
+    action_names = ("hold", "exercise")  # HOLD, EXERCISE
+
     def __init__(
         self,
         periods: int = 8,

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
+from rs_lightning.envs.action_names import action_names
 from rs_lightning.envs.gym_support import (
     adapt_spaces,
     image_shape,
@@ -88,6 +89,10 @@ def env_problem(config) -> Problem:
     env = make_env(config)
     try:
         continuous = isinstance(env.action_space, gym.spaces.Box)
+        try:
+            names = action_names(env) or ()
+        except ValueError as error:  # a user's environment that misnames its actions
+            raise ConfigError("env.id", f"{config.id!r}: {error}") from None
         return Problem(
             obs_dim=observation_size(env),
             n_actions=1 if continuous else int(env.action_space.n),
@@ -97,6 +102,7 @@ def env_problem(config) -> Problem:
             obs_shape=image_shape(env),
             obs_uint8=observations_fit_bytes(env),
             action_dim=int(env.action_space.shape[0]) if continuous else 0,
+            action_names=names,
         )
     finally:
         env.close()

@@ -30,7 +30,7 @@ REWARD_STD = 0.1
 CELLS: tuple[Cell, ...] = tuple((x, y) for x in range(GRID_SIZE) for y in range(GRID_SIZE))
 
 RIGHT, DOWN, LEFT, UP = 0, 1, 2, 3
-ACTION_NAMES = ("RIGHT", "DOWN", "LEFT", "UP")
+ACTION_NAMES = ("right", "down", "left", "up")
 _MOVES = ((1, 0), (0, -1), (-1, 0), (0, 1))
 
 
@@ -72,6 +72,7 @@ class GridWorld(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    action_names: ClassVar[tuple[str, ...]] = ACTION_NAMES
 
     wind_prob: ClassVar[float] = 0.0
     # The wind blows only on moves that target one of these cells (None: on every move).

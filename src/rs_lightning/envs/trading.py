@@ -72,6 +72,14 @@ def ou_lattice_transitions(levels: int, tick: float, reversion: float, volatilit
     return matrix / matrix.sum(1, keepdims=True)
 
 
+def position_name(units: int) -> str:
+    """``flat``, ``long``, ``short``, ``long 2``...: a position of ``units`` units."""
+    if units == 0:
+        return "flat"
+    side = "long" if units > 0 else "short"
+    return side if abs(units) == 1 else f"{side} {abs(units)}"
+
+
 class Trading(PublishedModelEnv):
     """A position in a mean-reverting price over ``periods`` periods (module docstring)."""
 
@@ -103,6 +111,12 @@ class Trading(PublishedModelEnv):
         self._publish((self.periods + 1) * self.price_levels * len(positions), len(positions),
                       start, render_mode)
 
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """Each action by the position it holds: ``short``, ``flat``, ``long`` (``long 2``
+        for two units)."""
+        return tuple(position_name(p) for p in self.positions)
+
     def encode(self, t: int, level: int, position_index: int) -> int:
         """The state index of period ``t``, price level and position (its index)."""
         return (t * self.price_levels + level) * len(self.positions) + position_index
@@ -129,4 +143,4 @@ class Trading(PublishedModelEnv):
         return float(np.sign(round(total, 9)))
 
 
-__all__ = ["Trading", "lattice_offsets", "ou_lattice_transitions"]
+__all__ = ["Trading", "lattice_offsets", "ou_lattice_transitions", "position_name"]

@@ -53,7 +53,8 @@ def _distributions_command(args) -> int:
     for entry in report["actions"]:
         w1 = f"  W1 to exact {entry['wasserstein_1']:.3f}" if "wasserstein_1" in entry else ""
         mark = " <- chosen" if entry["action"] == report["chosen_action"] else ""
-        print(f"action {entry['action']}: Q={entry['q']:.3f} R={entry['risk']:.3f} "
+        name = f" ({entry['name']})" if "name" in entry else ""
+        print(f"action {entry['action']}{name}: Q={entry['q']:.3f} R={entry['risk']:.3f} "
               f"U={entry['utility']:.3f}{w1}{mark}")
     print(f"figure: {out}")
     return 0
