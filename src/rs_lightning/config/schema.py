@@ -297,6 +297,8 @@ class LoggerSection:
     tags: List[str] = field(default_factory=list)
     # Seconds to reach the W&B server when online; past them the run logs offline instead.
     online_timeout: float = MISSING
+    # W&B: the final evaluation logs a video of one episode of the greedy policy.
+    video: bool = MISSING
 
     def check(self) -> None:
         _one_of("logger.backend", self.backend, LOGGER_BACKENDS)
