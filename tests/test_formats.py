@@ -72,6 +72,14 @@ def test_step_2_gives_dsac_the_actor_law_it_had():
     assert migrate_config(old)["agent"]["actor_law"] == "pessimistic"
 
 
+def test_step_4_records_that_older_runs_logged_no_episode_video():
+    old = recorded(FORMAT_2)
+    assert "video" not in old["logger"]
+    assert migrate_config(old)["logger"]["video"] is False  # today's default is true
+    assert migrate_config({**old, FORMAT_KEY: 5, "logger": {**old["logger"], "video": True}}
+                          )["logger"]["video"] is True
+
+
 def test_the_sweeper_target_once_called_objective_moves_to_search_objective():
     old = recorded(FORMAT_1)
     old["objective"] = {"metric": "cvar", "evaluation": "best"}

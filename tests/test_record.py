@@ -75,3 +75,39 @@ def test_a_gymnasium_world_is_recorded_from_its_own_renderer(compose, tmp_path, 
     frames = gif_frames(out)
     assert len(frames) > 10 and frames[0].shape[2] == 3
     assert len({frame.tobytes() for frame in frames}) > 1  # it moves
+
+
+def test_the_final_evaluation_logs_an_episode_video_to_an_offline_wandb_run(compose, tmp_path,
+                                                                           capsys):
+    """logger=wandb (offline) with logger.video (the default): one episode of the greedy
+    policy, drawn as record draws it, kept in the run folder and in the W&B run's media."""
+    from tests.wandb_files import summary
+
+    quick = ["agent=dqn", "debug=quick", "logger=wandb", "callbacks.progress_bar=false",
+             "trainer.max_steps=60", "evaluation.episodes=20", "evaluation.every_n_steps=0"]
+    run(compose(quick), tmp_path / "run")
+    gif = tmp_path / "run" / "episode.gif"
+    frames = gif_frames(gif)
+    assert frames[0].shape == (192, 192, 3) and len(frames) >= 2
+    (offline,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    (logged,) = offline.glob("files/media/videos/eval/episode_*.gif")
+    assert logged.read_bytes() == gif.read_bytes()
+    assert summary(offline)["eval/episode/_type"] == "video-file"
+
+    run(compose([*quick, "logger.video=false"]), tmp_path / "off")
+    assert not (tmp_path / "off" / "episode.gif").exists()
+    (offline,) = (tmp_path / "off" / "wandb").glob("offline-run-*")
+    assert not list(offline.glob("files/media/videos/**/*"))
+    capsys.readouterr()
+
+    # A world that draws no pictures: a note of one line, and the run's outputs complete.
+    run(compose(["agent=dsac", "env=risky_navigation", "debug=quick", "logger=wandb",
+                 "callbacks.progress_bar=false", "trainer.max_steps=40",
+                 "learning.warmup_steps=20", "evaluation.episodes=5",
+                 "evaluation.every_n_steps=0"]), tmp_path / "blind")
+    notes = [line for line in capsys.readouterr().err.splitlines() if "logger.video" in line]
+    assert notes == ["note: logger.video: rs_lightning/RiskyNavigation-v0 draws no pictures "
+                     "(its render modes: none), so its episodes cannot be recorded; no episode "
+                     "video is logged"]
+    assert (tmp_path / "blind" / "eval.json").is_file()
+    assert not (tmp_path / "blind" / "episode.gif").exists()

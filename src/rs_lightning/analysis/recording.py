@@ -6,6 +6,7 @@ characters as coloured cells; written as a GIF (Pillow) or an MP4 (imageio with 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,12 @@ from rs_lightning.analysis.evaluation import EPISODE_STEP_CAP, episode_seeds
 CELL_COLOURS = {"A": (31, 119, 180), "G": (44, 160, 44), "T": (214, 39, 40), ".": (235, 235, 235)}
 CELL_PIXELS = 64
 VIDEO_SUFFIXES = (".gif", ".mp4")
+
+
+def headless_rendering() -> None:
+    """Without a display, MuJoCo draws through EGL (headless OpenGL) unless told otherwise."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 def env_metadata(env_id: str) -> dict:
@@ -56,10 +63,12 @@ def text_frame(text: str) -> np.ndarray:
     return frame
 
 
-def record_episodes(agent, episodes: int, seed: int | None = None) -> list[np.ndarray]:
+def record_episodes(agent, episodes: int, seed: int | None = None,
+                    max_steps: int = EPISODE_STEP_CAP) -> list[np.ndarray]:
     """The frames of ``episodes`` episodes of ``agent``'s greedy policy (a
     :class:`~rs_lightning.analysis.api.TrainedAgent`), reset with the seeds the run's
-    evaluation uses, one frame before the first step and one after each."""
+    evaluation uses, one frame before the first step and one after each (of at most
+    ``max_steps`` steps an episode)."""
     from rs_lightning.envs.factory import make_env
 
     train = agent.config.train
@@ -78,7 +87,7 @@ def record_episodes(agent, episodes: int, seed: int | None = None) -> list[np.nd
         for episode_seed in seeds:
             obs, _ = env.reset(seed=int(episode_seed))
             frames.append(picture())
-            for _ in range(EPISODE_STEP_CAP):
+            for _ in range(max_steps):
                 action = agent.act(np.asarray(obs, dtype=np.float32)[None])[0]
                 obs, _, terminated, truncated, _ = env.step(action if agent.continuous
                                                             else int(action))

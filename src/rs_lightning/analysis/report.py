@@ -410,8 +410,10 @@ def sync_to_wandb(report: SweepReport) -> int:
     return create_wandb_report(report)
 
 
-def log_run_media(experiment, summary: dict[str, Any], figure: Optional[Path]) -> None:
-    """A training run's own evaluation table and distribution figure, in its W&B run."""
+def log_run_media(experiment, summary: dict[str, Any], figure: Optional[Path],
+                  video: Optional[Path] = None) -> None:
+    """A training run's own evaluation table, distribution figure and episode video (a GIF),
+    in its W&B run."""
     import wandb
 
     scalars = {k: v for k, v in sorted(summary.items()) if isinstance(v, (int, float, str))}
@@ -420,6 +422,8 @@ def log_run_media(experiment, summary: dict[str, Any], figure: Optional[Path]) -
     }
     if figure is not None and Path(figure).is_file():
         media["figures/distributions"] = wandb.Image(str(figure))
+    if video is not None and Path(video).is_file():
+        media["eval/episode"] = wandb.Video(str(video), format="gif")
     experiment.log(media)
 
 

@@ -1,11 +1,13 @@
 """What a member of a finished run writes after training: the final evaluation
 (``eval.json``, ``policy.json``), the grid policy's arrows (``policy.png``) and, for its W&B
-runs, the evaluation as a Table and the return distributions of the decision state
-(``distributions.png``), then the final metrics to every logger."""
+runs, the evaluation as a Table, the return distributions of the decision state
+(``distributions.png``) and a video of one episode of the greedy policy (``episode.gif``,
+``logger.video``), then the final metrics to every logger."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,11 @@ from rs_lightning.analysis.evaluation import evaluate_run
 from rs_lightning.analysis.plots import plot_policy, plot_return_distributions
 from rs_lightning.analysis.report import DECISION_CELLS, START_CELL, log_run_media
 from rs_lightning.analysis.runs import TrainedRun
+
+# The most steps of the episode in the W&B video: a clip to watch, not a whole long episode
+# (CartPole's 500 steps would make a GIF of tens of megabytes).
+VIDEO_STEPS = 300
+VIDEO_NAME = "episode.gif"
 
 
 def write_member_outputs(policy, run_config, folder: Path, loggers: list, steps: int,
@@ -44,14 +51,54 @@ def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
         return
     figure = None
     env = run_config.train.env
+    trained = TrainedRun(run_config, policy, folder, steps, env_steps)
     if env.grid_size:
         figure = folder / "distributions.png"
-        trained = TrainedRun(run_config, policy, folder, steps, env_steps)
         plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
+    video = None
+    if wandb_loggers and run_config.train.logger.video:
+        video = episode_video(trained, folder / VIDEO_NAME)
     for logger in wandb_loggers:
-        log_run_media(logger.experiment, summary, figure)
+        log_run_media(logger.experiment, summary, figure, video)
     for logger in board_loggers:
         log_board_media(logger.experiment, summary, figure, steps)
+
+
+def episode_video(run: TrainedRun, out: Path) -> Path | None:
+    """One episode of the greedy policy of ``run`` (at most ``VIDEO_STEPS`` steps) as the
+    GIF ``out``, drawn as ``rs-lightning record`` draws it; None, with a note of one line on
+    stderr, where it cannot be: an environment that draws no pictures, a policy of the
+    return so far, a renderer that fails (the run's outputs are complete without it)."""
+    from rs_lightning.analysis.api import TrainedAgent
+    from rs_lightning.analysis.recording import (
+        env_metadata,
+        headless_rendering,
+        record_episodes,
+        render_mode,
+        write_video,
+    )
+
+    train = run.run_config.train
+    if not run.module.objective.observation_markov:
+        print(f"note: logger.video: objective={train.objective} acts on the return so far; "
+              "the episode video plays policies of the observation alone, so none is logged",
+              file=sys.stderr)
+        return None
+    try:
+        render_mode(train.env.id)
+    except ValueError as error:
+        print(f"note: logger.video: {error}; no episode video is logged", file=sys.stderr)
+        return None
+    headless_rendering()
+    try:
+        frames = record_episodes(TrainedAgent(run.module, run), 1, max_steps=VIDEO_STEPS)
+        write_video(frames, out, int(env_metadata(train.env.id).get("render_fps") or 30))
+    except Exception as error:  # a renderer's own failure (no OpenGL, a missing display)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"warning: logger.video: the episode could not be drawn ({type(error).__name__}: "
+              f"{first}); no episode video is logged", file=sys.stderr)
+        return None
+    return out
 
 
 def log_board_media(writer, summary: dict[str, Any], figure: Path | None, step: int) -> None:

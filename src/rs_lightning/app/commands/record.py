@@ -9,7 +9,6 @@ before anything is played or written.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from rs_lightning.analysis.evaluation import check_episodes, check_setting
 from rs_lightning.analysis.recording import (
     VIDEO_SUFFIXES,
     env_metadata,
+    headless_rendering,
     record_episodes,
     render_mode,
     write_video,
@@ -46,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fps", type=int, default=None,
                         help="frames per second (default: the environment's, else 30)")
     args = parser.parse_args(argv)
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        # No display: MuJoCo draws through EGL (headless OpenGL) unless told otherwise.
-        os.environ.setdefault("MUJOCO_GL", "egl")
+    headless_rendering()
     try:
         run_dirs, setting = split_arguments(args.run_and_setting)
         if len(run_dirs) != 1:
