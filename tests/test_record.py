@@ -55,6 +55,19 @@ def test_a_grid_world_run_is_drawn_cell_by_cell_and_bad_input_refused(compose, t
         assert line.startswith("error: ") and message in line, line
     assert not list(grid_run.glob("*.avi"))
 
+    # An MP4 (H.264 through imageio's ffmpeg plugin) holds every frame the line counts.
+    import imageio.v3 as iio
+
+    clip = tmp_path / "clip.mp4"
+    assert record([str(grid_run), "--episodes", "2", "--out", str(clip)]) == 0
+    counted = int(capsys.readouterr().out.split(", ")[1].split()[0])
+    movie = iio.imread(clip, plugin="FFMPEG")
+    assert movie.shape == (counted, 192, 192, 3)
+    # The first picture is the start: the blue agent's cell below the middle (H.264 blurs
+    # colours a little, so the nearest of the cell colours decides).
+    middle_bottom = movie[0, 128 + 32, 64 + 32].astype(int)
+    assert np.abs(middle_bottom - (31, 119, 180)).max() < 40
+
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.yaml").write_text((grid_run / "config.yaml").read_text())
@@ -111,3 +124,15 @@ def test_the_final_evaluation_logs_an_episode_video_to_an_offline_wandb_run(comp
                      "video is logged"]
     assert (tmp_path / "blind" / "eval.json").is_file()
     assert not (tmp_path / "blind" / "episode.gif").exists()
+
+
+def test_an_mp4_without_the_video_extra_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # as where it is not installed
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert record([str(run_dir), "--out", str(tmp_path / "x.mp4")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --out {tmp_path / 'x.mp4'}: an MP4 needs the optional extra 'video' (pip "
+        "install 'rs-lightning[video]'; missing: imageio_ffmpeg); a .gif needs nothing more"]

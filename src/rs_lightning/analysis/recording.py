@@ -99,18 +99,33 @@ def record_episodes(agent, episodes: int, seed: int | None = None,
     return frames
 
 
+def check_video_writer(path: Path) -> None:
+    """ValueError in one line where ``path``'s format cannot be written here: an MP4 needs
+    the optional extra ``video`` (imageio and its ffmpeg binary); a GIF needs Pillow alone."""
+    if Path(path).suffix != ".mp4":
+        return
+    import importlib.util
+
+    missing = [name for name in ("imageio", "imageio_ffmpeg")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"--out {path}: an MP4 needs the optional extra 'video' "
+                         f"(pip install 'rs-lightning[video]'; missing: {', '.join(missing)}); "
+                         "a .gif needs nothing more")
+
+
 def write_video(frames: list[np.ndarray], path: Path, fps: int) -> None:
-    """``frames`` as a GIF (Pillow, nothing else needed) or an MP4 (imageio and its ffmpeg
-    plugin, ``pip install imageio[ffmpeg]``: a ValueError in one line without them)."""
+    """``frames`` as a GIF (Pillow, nothing else needed) or an MP4 (H.264, through imageio's
+    ffmpeg plugin: :func:`check_video_writer` says when it is missing)."""
     path = Path(path)
     if path.suffix == ".mp4":
-        try:
-            import imageio.v3 as iio
-            import imageio_ffmpeg  # noqa: F401  (the writer imageio needs for MP4)
-        except ImportError:
-            raise ValueError(f"--out {path}: an MP4 needs imageio with ffmpeg "
-                             "(pip install 'imageio[ffmpeg]'); a .gif needs nothing more") from None
-        iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264")
+        check_video_writer(path)
+        import imageio.v3 as iio
+
+        # Even sizes suit H.264's 4:2:0 pictures; imageio's default block of 16 would
+        # stretch a 600 x 400 Box2D frame.
+        iio.imwrite(path, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264",
+                    macro_block_size=2)
         return
     from PIL import Image
 

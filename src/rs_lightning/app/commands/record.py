@@ -16,6 +16,7 @@ from rs_lightning.analysis.api import TrainedAgent
 from rs_lightning.analysis.evaluation import check_episodes, check_setting
 from rs_lightning.analysis.recording import (
     VIDEO_SUFFIXES,
+    check_video_writer,
     env_metadata,
     headless_rendering,
     record_episodes,
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                         "default 1), reset with the seeds of the run's evaluation")
     parser.add_argument("--out", type=Path,
                         help="the file, .gif (default <run>/episodes.gif) or .mp4 (needs "
-                        "imageio with ffmpeg)")
+                        "the optional extra 'video')")
     parser.add_argument("--fps", type=int, default=None,
                         help="frames per second (default: the environment's, else 30)")
     args = parser.parse_args(argv)
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out if args.out is not None else run_dir / "episodes.gif"
         if out.suffix not in VIDEO_SUFFIXES:
             raise ValueError(f"--out {out}: must end in {' or '.join(VIDEO_SUFFIXES)}")
+        check_video_writer(out)
         with holding([run_dir]):
             check_finished(run_dir)
             if not out.parent.is_dir():
