@@ -289,8 +289,8 @@ def update_flops(agent: str, threads: int, members: int = 1, updates: int = 200)
     optimizer = module.configure_optimizers()
     collector = next(iter(datamodule.train_dataloader()))
     for _ in range(600):  # a replay memory with some history in it
-        experience = collector.experience(module)
-    transitions = experience.transitions
+        experience = collector.experience()
+    transitions = experience.batch
 
     def update() -> None:
         losses, _ = module.members.loss(transitions, module.target_members, module.utility.greedy)

@@ -18,8 +18,9 @@ from omegaconf import OmegaConf
 import tests.gym_test_envs  # noqa: F401  (registers TinyImage-v0, ShiftedCounter-v0)
 from rs_lightning.app.train import run
 from rs_lightning.config.schema import EnvSection
+from rs_lightning.engine.behaviour import Draw
 from rs_lightning.engine.experience import Collector
-from rs_lightning.engine.replay import ReplayMemory
+from rs_lightning.engine.replay import ReplayBuffer, ReplayMemory
 from rs_lightning.engine.rollout import Rollout, learning_reward
 from rs_lightning.envs.cliff_walking import (
     COLUMNS,
@@ -204,10 +205,11 @@ def test_presets_cover_the_returns_of_their_rewards(name):
 
 def test_reward_scale_is_applied_for_learning_and_returns_stay_unscaled():
     assert learning_reward(-10.0, 0.1, None) == -1.0 and learning_reward(-10.0, 0.1, 0.5) == -0.5
-    collector = one_member_collector(env_section(id="CartPole-v1"), copies=1, capacity=600,
-                                     reward_scale=0.01)
+    collector = one_member_collector(
+        env_section(id="CartPole-v1"), ActionsOf(lambda obs, step: np.zeros(obs.shape[:2], np.int64)),
+        copies=1, capacity=600, reward_scale=0.01)
     while not collector.ended_returns[0]:
-        collector.step(ActionsOf(lambda obs, step: np.zeros(obs.shape[:2], dtype=np.int64)))
+        collector.collect()
     steps = collector.env_steps
     assert torch.allclose(collector.replay.reward[0, :steps], torch.full((steps,), 0.01))
     assert collector.ended_returns == [[float(steps)]]
@@ -300,31 +302,36 @@ class ActionsOf:
     def act(self, obs, env_step, state):
         return self.choose(obs, env_step)
 
+    def draw(self, obs, env_step, state):
+        return Draw(self.act(obs, env_step, state))
 
-def one_member_collector(section, copies: int, capacity: int, reward_scale: float = 1.0,
-                         **schedule):
-    """The engine's collector for one member (seed 0) on ``copies`` env copies; ``schedule``:
-    ``n_step``, ``updates_per_step``, ``batch_size``, ``warmup_steps``."""
+
+def one_member_collector(section, policy, copies: int, capacity: int,
+                         reward_scale: float = 1.0, **schedule):
+    """The engine's collector for one member (seed 0) on ``copies`` env copies, acting with
+    ``policy``; ``schedule``: ``n_step``, ``updates_per_step``, ``batch_size``,
+    ``warmup_steps``."""
     env = make_env(section)
     replay = ReplayMemory(capacity, env.observation_space.shape, seeds=[1])
     rollout = Rollout(make_copies(section, list(range(copies))), EpisodeState(), 1, copies,
                       reward_scale, None)
-    return Collector(rollout, replay, section.gamma, **schedule)
+    return Collector(rollout, ReplayBuffer(replay, copies, section.gamma, **schedule), policy)
 
 
 def test_env_copies_store_each_copy_with_its_own_final_state():
     section = env_section(id="rs_lightning/SlipperyCliffWalking-v0",
                           kwargs={"slip_probability": 0.0, "cliff_reward": -10},
                           max_episode_steps=5)
-    collector = one_member_collector(section, copies=3, capacity=100, reward_scale=0.5)
     seen_steps = []
 
     def policy(obs, step):  # up, up, ...
         seen_steps.append(step)
         return np.zeros(obs.shape[:2], dtype=np.int64)
 
+    collector = one_member_collector(section, ActionsOf(policy), copies=3, capacity=100,
+                                     reward_scale=0.5)
     for _ in range(5):
-        assert collector.step(ActionsOf(policy)) == 3
+        assert collector.collect() == 3
     assert seen_steps == [0, 3, 6, 9, 12] and collector.env_steps == 15
     replay = collector.replay
     assert len(replay) == 15
@@ -338,13 +345,13 @@ def test_env_copies_store_each_copy_with_its_own_final_state():
 
 
 def test_env_copies_make_one_update_per_environment_step():
-    collector = one_member_collector(env_section(id="CartPole-v1"), copies=4, capacity=1000,
-                                     batch_size=8, warmup_steps=10)
     policy = ActionsOf(lambda obs, step: np.full(obs.shape[:2], step % 2))
-    batches = [collector.experience(policy) for _ in range(9)]
+    collector = one_member_collector(env_section(id="CartPole-v1"), policy, copies=4,
+                                     capacity=1000, batch_size=8, warmup_steps=10)
+    batches = [collector.experience() for _ in range(9)]
     # Warm-up: 3 steps of the copies (12 transitions); updates then follow transition 11, 12, ...
     assert [b.env_steps for b in batches] == list(range(11, 20))
-    assert collector.env_steps == 20 and collector.update_credit == 1
+    assert collector.env_steps == 20 and collector.buffer.update_credit == 1
 
 
 def test_copies_act_as_one_environment_row_by_row(compose):
@@ -354,14 +361,15 @@ def test_copies_act_as_one_environment_row_by_row(compose):
     from rs_lightning.engine.build import build
 
     settings = validate(compose(["env=cartpole", "agent=dqn", "learning.epsilon_decay=20"]))
-    _, row_module = build(settings)
-    _, batch_module = build(settings)
+    rows_data, row_module = build(settings)
+    batch_data, batch_module = build(settings)
     batch_module.load_state_dict(row_module.state_dict())
+    row_policy, batch_policy = rows_data.policy, batch_data.policy  # what the collectors act with
     obs = np.random.default_rng(0).normal(size=(1, 6, 4)).astype(np.float32)
     for start in (0, 6, 12, 40):
-        rows = [int(row_module.act(obs[:, i:i + 1], start + i, EpisodeState())[0, 0])
+        rows = [int(row_policy.act(obs[:, i:i + 1], start + i, EpisodeState())[0, 0])
                 for i in range(6)]
-        assert batch_module.act(obs, start, EpisodeState())[0].tolist() == rows
+        assert batch_policy.act(obs, start, EpisodeState())[0].tolist() == rows
     assert batch_module.epsilon == row_module.epsilon
 
 

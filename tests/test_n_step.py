@@ -198,10 +198,11 @@ def test_n_step_target_of_umdqn_c_kl_w():
 def test_updates_follow_the_ratio_exactly(ratio, copies):
     """Update u follows transition warmup + ceil(u / ratio): 0.125 = one update every 8
     transitions, 2 = two per transition, whatever the number of copies."""
-    collector = one_member_collector(env_section(id="CartPole-v1"), copies=copies, capacity=1000,
-                                     updates_per_step=ratio, batch_size=4, warmup_steps=10)
     policy = ActionsOf(lambda obs, step: np.zeros(obs.shape[:2], np.int64))
-    followed = [collector.experience(policy).env_steps for _ in range(40)]
+    collector = one_member_collector(env_section(id="CartPole-v1"), policy, copies=copies,
+                                     capacity=1000, updates_per_step=ratio, batch_size=4,
+                                     warmup_steps=10)
+    followed = [collector.experience().env_steps for _ in range(40)]
     assert followed == [10 + math.ceil(u / ratio) for u in range(1, 41)]
     assert collector.env_steps - math.ceil(40 / ratio) - 10 < copies
 

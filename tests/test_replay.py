@@ -72,10 +72,11 @@ def test_the_collector_warms_up_then_gives_one_batch_per_env_step(compose):
     settings = validate(compose(["learning.warmup_steps=40", "logger=none"]))
     datamodule, module = build(settings)
     collector = next(iter(datamodule.train_dataloader()))  # what each training step gets
-    first = collector.experience(module)
+    assert collector.policy.members is module.members  # it acts with the learner's weights
+    first = collector.experience()
     assert first.env_steps == 41
-    assert first.transitions.obs.shape == (1, 32, 2)
-    second = collector.experience(module)
+    assert first.batch.obs.shape == (1, 32, 2)
+    second = collector.experience()
     assert second.env_steps == 42
     assert len(datamodule.collector.replay) == 42
     # Rewards in the memory are clipped to the env's reward_clip.

@@ -204,6 +204,10 @@ class ActorCritic(Agent):
         law = from_quantiles(self.actor_atoms(self.critics(obs, action)))
         return ReturnDistribution(law.values.unsqueeze(-2), law.probs.unsqueeze(-2))
 
+    def left_out_of_target(self) -> list[nn.Module | nn.Parameter]:
+        # The target law reads the target critics only; the next action is the actor's own.
+        return [self.actor, self.log_temperature]
+
     # --------------------------------------------------------------- the actor
     def policy(self, obs: Tensor, noise: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """The actor's action ``[..., B, d]`` and its log-density ``[..., B]``; ``noise``

@@ -175,6 +175,11 @@ class Agent(nn.Module, ABC):
         terminal transitions, whose target does not depend on the next state).
         """
 
+    def left_out_of_target(self) -> list[nn.Module | nn.Parameter]:
+        """The parts a target copy of this agent leaves out: those its loss never reads of
+        ``target`` (an actor-critic's actor and temperature); none by default."""
+        return []
+
     @torch.no_grad()
     def greedy_action(self, obs: Tensor, choose_action: ChooseAction) -> Tensor:
         """The action maximising the utility in each state of ``obs`` -> ``[B]``."""

@@ -219,6 +219,13 @@ class Members(nn.Module, ABC):
         for p in self.parameter_list():
             p.grad = None
 
+    def target_copy(self) -> Members:
+        """Frozen target networks: a copy of the members without what their targets leave
+        out (:meth:`~rs_lightning.agents.base.Agent.left_out_of_target`)."""
+        left_out = {id(part): None for agent in self.networks()
+                    for part in agent.left_out_of_target()}
+        return copy.deepcopy(self, left_out).requires_grad_(False).eval()
+
     def parameter_list(self) -> list[nn.Parameter]:
         """The parameters, listed once: walking the modules for them every update costs a
         few percent of a DQN step (they stay the same objects when the module moves)."""

@@ -68,7 +68,7 @@ class PeriodicEvaluation(pl.Callback):
         if not self.support_checked and settled(step, trainer.max_steps,
                                                 pl_module.learning.target_update_period):
             self.support_checked = True
-            warn_of_mass_at_support_ends(pl_module, experience.transitions.obs, step)
+            warn_of_mass_at_support_ends(pl_module, experience.batch.obs, step)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         # A SIGTERM stopped the evaluation of the update the run resumes from: finish it
@@ -125,15 +125,16 @@ def settled(step: int, max_steps: int, target_update_period: int) -> bool:
 @torch.no_grad()
 def warn_of_mass_at_support_ends(pl_module, obs, step: int) -> float:
     """Warn (once per run: the caller's concern) when the members' learned laws of the replay
-    batch's states put more than ``SUPPORT_END_MASS`` of their mass, on average over states
-    and actions, at the ends of [``env.return_min``, ``env.return_max``]; returns that mass
-    (the largest member's; 0 for an agent without a fixed support)."""
+    batch's states (``obs[K, B, D']``, as the memory stores them) put more than
+    ``SUPPORT_END_MASS`` of their mass, on average over states and actions, at the ends of
+    [``env.return_min``, ``env.return_max``]; returns that mass (the largest member's; 0 for
+    an agent without a fixed support)."""
     if not pl_module.member(0).agent.fixed_support:
         return 0.0  # atoms beyond the support are no clipping
     ends = []  # (lower, upper) share of each member
     for k in range(obs.shape[0]):
         member = pl_module.member(k)  # a risk-conditioned member adds its setting to obs
-        dist = member.return_distribution(obs[k])
+        dist = member.stored_return_distribution(obs[k])
         problem = member.agent.problem
         lower, upper = dist.mass_at_each_end(problem.return_min, problem.return_max)
         ends.append((float(lower.mean()), float(upper.mean())))

@@ -1,6 +1,9 @@
-"""The behaviour policy, one exploration generator per member: epsilon-greedy on the
-objective's rule for discrete actions (:class:`EpsilonGreedy`), the actor's own sample for
-continuous ones (:class:`ActorSampling`).
+"""The behaviour policy the collector owns: the members, the objective's acting rule and
+an exploration rule with one generator per member (:class:`BehaviourPolicy`): epsilon-greedy
+on the objective's rule for discrete actions (:class:`EpsilonGreedy`), the actor's own
+sample for continuous ones (:class:`ActorSampling`), an on-policy agent's own draw
+(:class:`PolicyNoise`, which also gives the collector each action's log-probability and the
+critic's atoms).
 
 Copy i of member k at environment step t acts with the epsilon of step t + i and draws from
 member k's generator in the order of i (a uniform, then an action where it explores), so a
@@ -11,9 +14,16 @@ its seed alone. The greedy actions of all members and copies come from one forwa
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
+import torch
+from torch import Tensor
+
+from rs_lightning.agents.members import Members
+from rs_lightning.objectives import EpisodeState, Objective
+from rs_lightning.risk import ReturnDistribution
+from rs_lightning.types import PolicySample
 
 
 def exploration_rate(env_step: int, start: float, end: float, decay: float, schedule: str) -> float:
@@ -115,8 +125,123 @@ class ActorSampling(MemberExploration):
         return np.asarray(policy(obs, noise), dtype=np.float32)
 
 
-def make_behaviour(seeds: list[int], problem, learning):
-    """The behaviour policy of a problem's actions (module docstring)."""
+class PolicyNoise(MemberExploration):
+    """An on-policy agent's draw: the noise its :meth:`~rs_lightning.agents.on_policy.
+    OnPolicyAgent.sample` turns into actions, ``[K, N, 1]`` uniform in [0, 1) for discrete
+    actions, ``[K, N, d]`` standard normal for continuous ones, member k's rows from its own
+    generator in the order of its copies. No exploration rate (``epsilon`` 0)."""
+
+    explores_by_epsilon = False
+
+    def __init__(self, seeds: list[int], action_dim: int) -> None:
+        super().__init__(seeds, 0.0)
+        self.action_dim = action_dim
+
+    def noise(self, copies: int) -> np.ndarray:
+        if self.action_dim == 0:
+            return np.stack([g.random((copies, 1)) for g in self.generators]).astype(np.float32)
+        return np.stack([g.standard_normal((copies, self.action_dim))
+                         for g in self.generators]).astype(np.float32)
+
+
+def make_exploration(seeds: list[int], problem, learning, on_policy: bool = False
+                     ) -> MemberExploration:
+    """The exploration rule of a problem's actions (module docstring)."""
+    if on_policy:
+        return PolicyNoise(seeds, problem.action_dim)
     if problem.continuous:
         return ActorSampling(seeds, problem.action_dim, learning)
     return EpsilonGreedy(seeds, problem.n_actions, learning)
+
+
+class Draw(NamedTuple):
+    """What the behaviour policy decided for the copies' observations ``[K, N, D']``."""
+
+    actions: np.ndarray  # [K, N] (continuous: [K, N, d]), what the copies are stepped with
+    inputs: Tensor | None = None  # [K, N, D''] the network's input (on-policy: stored)
+    sample: PolicySample | None = None  # on-policy: as sampled, log-probabilities, critic atoms
+
+
+class BehaviourPolicy:
+    """The members acting on the objective's rule with an exploration rule: what the
+    collector is handed, and all it calls (nothing of the LightningModule). It holds the
+    members (the objects the learner updates), so it acts with the current weights on their
+    device."""
+
+    def __init__(self, members: Members, objective: Objective,
+                 exploration: MemberExploration) -> None:
+        self.members = members
+        self.objective = objective
+        self.exploration = exploration
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.members.parameters()).device
+
+    @torch.no_grad()
+    def network(self, obs: Tensor) -> ReturnDistribution:
+        """The members' Z of observations ``[K, B, D']`` (an episode state's start rule)."""
+        return self.members.return_distribution(obs)
+
+    def _inputs(self, obs: np.ndarray, state: EpisodeState):
+        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        device = self.device
+        if device.type != "cpu":
+            obs_t = obs_t.to(device)
+        return self.objective.acting_rule(obs_t, state, self.network)
+
+    def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
+        """Actions ``[K, N]`` (continuous: ``[K, N, d]``) for ``obs[K, N, ...]`` after
+        ``env_step`` environment steps of each member: epsilon-greedy, or the actor's sample;
+        every member and copy in one forward pass, without gradients."""
+        return self.exploration(obs, env_step, lambda o, noise=None: self._policy(o, state, noise))
+
+    def draw(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> Draw:
+        return Draw(self.act(obs, env_step, state))
+
+    @torch.no_grad()
+    def _policy(self, obs: np.ndarray, state: EpisodeState, noise: np.ndarray | None
+                ) -> np.ndarray:
+        """The greedy actions (``noise`` None), or an actor's sample with ``noise``."""
+        inputs, choose_action = self._inputs(obs, state)
+        if noise is None:
+            return self.members.greedy_action(inputs, choose_action).cpu().numpy()
+        return self.members.sample_action(inputs, torch.from_numpy(noise).to(inputs.device)
+                                          ).cpu().numpy()
+
+
+class OnPolicyBehaviour(BehaviourPolicy):
+    """On-policy members drawing from their own policy (:class:`PolicyNoise`): besides the
+    actions, what a rollout keeps of each step (the network's input, the log-probability of
+    the action drawn and the critic's atoms)."""
+
+    exploration: PolicyNoise
+
+    @torch.no_grad()
+    def draw(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> Draw:
+        inputs, _ = self._inputs(obs, state)
+        noise = torch.from_numpy(self.exploration.noise(obs.shape[1])).to(inputs.device)
+        sample = self.members.sample(inputs, noise)
+        actions = sample.action
+        if actions.is_floating_point():  # the box the copies take; stored as drawn
+            actions = actions.clamp(-1.0, 1.0)
+        return Draw(actions.cpu().numpy(), inputs, sample)
+
+    def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
+        return self.draw(obs, env_step, state).actions
+
+    @torch.no_grad()
+    def bootstrap(self, reached: np.ndarray, state: EpisodeState) -> Tensor:
+        """The critic's atoms ``[K, R, n]`` of the states ``reached[K, R, D']`` the copies
+        reached (as :meth:`~rs_lightning.engine.rollout.Rollout.observe` shows states: the
+        episode state's features appended), for a rollout's bootstrap."""
+        inputs, _ = self._inputs(reached, state)
+        return self.members.return_distribution(inputs).values[..., 0, :]
+
+
+def make_behaviour(members: Members, objective: Objective, seeds: list[int], learning
+                   ) -> BehaviourPolicy:
+    """The behaviour policy of a run's members (module docstring)."""
+    on_policy = members.networks()[0].on_policy
+    exploration = make_exploration(seeds, members.problem, learning, on_policy)
+    return (OnPolicyBehaviour if on_policy else BehaviourPolicy)(members, objective, exploration)

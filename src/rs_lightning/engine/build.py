@@ -20,8 +20,10 @@ from rs_lightning.config.migrations import migrate_checkpoint
 from rs_lightning.config.schema import ValidatedConfig, max_time_seconds
 from rs_lightning.engine.callbacks import CheckpointEveryMinutes, CheckpointOnSigterm
 from rs_lightning.engine.checkpoints import save_checkpoint_file
+from rs_lightning.engine.behaviour import make_behaviour
 from rs_lightning.engine.experience import ExperienceDataModule, member_seeds
-from rs_lightning.engine.learner import QLearning
+from rs_lightning.engine.learner import Learner, OnPolicyLearning, QLearning
+from rs_lightning.envs.factory import env_problem
 from rs_lightning.types import Problem
 
 
@@ -85,26 +87,25 @@ def build_members(run_config: ValidatedConfig, problem: Problem, seeds: list[int
 
 
 def build(run_config: ValidatedConfig, member_loggers: list[list] | None = None
-          ) -> tuple[ExperienceDataModule, QLearning]:
+          ) -> tuple[ExperienceDataModule, Learner]:
     """The datamodule and the LightningModule a validated config describes: members
-    ``seed, ..., seed + parallel_seeds - 1`` on ``env.num_envs`` copies each."""
+    ``seed, ..., seed + parallel_seeds - 1`` on ``env.num_envs`` copies each, the behaviour
+    policy the datamodule's collector acts with, and the training loop of the agent's family
+    (replay: :class:`QLearning`; rollouts: :class:`OnPolicyLearning`)."""
     train = run_config.train
     seeds = member_seeds(train.seed, train.parallel_seeds)
-    datamodule = ExperienceDataModule(
-        train.env,
-        run_config.objective,
-        batch_size=train.learning.batch_size,
-        replay_capacity=train.learning.replay_capacity,
-        warmup_steps=train.learning.warmup_steps,
-        seeds=seeds,
-        n_step=train.learning.n_step,
-        updates_per_step=train.learning.updates_per_step,
-    )
-    module = QLearning(
-        build_members(run_config, datamodule.problem, seeds),
+    problem = env_problem(train.env)
+    members = build_members(run_config, problem, seeds)
+    policy = make_behaviour(members, run_config.objective, seeds, train.learning)
+    on_policy = members.networks()[0].on_policy
+    datamodule = ExperienceDataModule(train.env, policy, seeds, train.learning,
+                                      rollouts=run_config.agent if on_policy else None)
+    module = (OnPolicyLearning if on_policy else QLearning)(
+        members,
         run_config.objective,
         train.learning,
         seeds,
+        policy.exploration,
         log_every_n_steps=train.trainer.log_every_n_steps,
         member_loggers=member_loggers,
         fault_injection=train.fault_injection,
@@ -172,7 +173,7 @@ def make_trainer(train, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Train
     )
 
 
-def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
+def member_checkpoint(checkpoint: dict[str, Any], module: Learner,
                       datamodule: ExperienceDataModule, k: int) -> dict[str, Any]:
     """Member k of a run's checkpoint as the checkpoint of a run of its seed alone: weights,
     Adam's moments, env copies, replay memory and generators. It loads with
@@ -182,7 +183,9 @@ def member_checkpoint(checkpoint: dict[str, Any], module: QLearning,
                              type(datamodule).__qualname__)}
     state_dict = {}
     for prefix in ("members", "target_members"):
-        members = getattr(module, prefix)
+        members = getattr(module, prefix, None)  # an on-policy learner keeps no targets
+        if members is None:
+            continue
         for name, value in members.member_state(k).items():
             state_dict[f"{prefix}.agents.0.{name}"] = value
     single["state_dict"] = state_dict

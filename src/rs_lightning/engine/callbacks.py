@@ -154,7 +154,7 @@ class RewardOutsideSupport(pl.Callback):
     """Warn once per run when a learnt reward (scaled and clipped) lies far outside the
     declared return support [return_min, return_max], more than its width beyond either end:
     the return distributions cannot represent such returns, and the support or
-    ``env.reward_scale`` is probably wrong. The replay memory's rewards are checked every
+    ``env.reward_scale`` is probably wrong. The buffer's rewards are checked every
     ``period`` updates (a min and a max, nothing per step)."""
 
     def __init__(self, return_min: float, return_max: float, period: int = 500) -> None:
@@ -168,9 +168,11 @@ class RewardOutsideSupport(pl.Callback):
         if self.warned or trainer.global_step % self.period not in (0, 1):
             return
         collector = getattr(trainer.datamodule, "collector", None)
-        if collector is None or not len(collector.replay):
+        if collector is None:
             return
-        rewards = collector.replay.reward[:, :len(collector.replay)]
+        rewards = collector.buffer.rewards()
+        if not rewards.numel():
+            return
         low, high = float(rewards.min()), float(rewards.max())
         if low >= self.low and high <= self.high:
             return
@@ -212,9 +214,9 @@ class TrainingProgress(pl.Callback):
         return self.width is not None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        behaviour = getattr(pl_module, "behaviour", None)
+        exploration = getattr(pl_module, "exploration", None)
         self.stream.write("[rs_lightning] " + progress_legend(
-            getattr(behaviour, "explores_by_epsilon", True)) + "\n")
+            getattr(exploration, "explores_by_epsilon", True)) + "\n")
         self.stream.flush()
         self._start = (time.perf_counter(), trainer.global_step)
         self._last_shown = self._start[0]

@@ -1,49 +1,50 @@
 """Environment interaction as a Lightning datamodule: K members x N environment copies.
 
-:class:`Collector` steps the env copies with the policy it is handed (the training step's
-epsilon-greedy one), writes every transition into the members' replay memory and gives each
-update its replay batches, ``learning.updates_per_step`` updates per transition a copy
-collected; Lightning's loop hands the training step the collector, forever
-(``trainer.max_steps`` ends the run). The meaning of the schedule does not depend on N:
+:class:`Collector` steps the env copies with the behaviour policy it owns
+(:class:`~rs_lightning.engine.behaviour.BehaviourPolicy`: the members, the objective's acting
+rule and the exploration rule) and writes every step into its buffer, one of two
+implementations of :class:`Buffer`: a replay memory (:class:`~rs_lightning.engine.replay.
+ReplayBuffer`: an update samples, ``learning.updates_per_step`` updates per transition a copy
+collected) or fixed-length rollouts (:class:`~rs_lightning.engine.rollout_buffer.
+RolloutBuffer`: an update iterates over minibatches). :meth:`Collector.experience` is what one
+update learns from: the steps its buffer asks for, then its batch. Lightning's loop hands the
+training step the collector, forever (``trainer.max_steps`` ends the run). It never calls the
+LightningModule: the policy holds the members the learner updates.
 
-- an *environment step* is one transition of one copy of a member: a step of the copies is
-  N of them, and ``env_steps``, the warm-up and the epsilon schedule count transitions;
-- ``updates_per_step`` = p / q gradient updates per environment step, exactly: every
-  transition earns p, every update costs q, and the copies step whenever less than q is
-  left. The integer balance, ``update_credit``, is part of the checkpoint, so a run resumed
-  between two updates goes on exactly as the uninterrupted one. p / q = 1: a step of the
-  copies is followed by N updates;
-- ``learning.n_step`` > 1: each copy's transitions pass through a window of n steps
-  (:class:`~rs_lightning.engine.replay.NStepReturns`) before they are stored.
+An *environment step* is one transition of one copy of a member: a step of the copies is N
+of them, and ``env_steps``, the warm-up and the epsilon schedule count transitions (the
+meaning of the schedule does not depend on N).
 
 The datamodule's ``state_dict`` holds what a resumed run needs on this side: the copies
-mid-episode, the objective's episode state, the n-step window, the replay memory and the
-counters.
+mid-episode, the objective's episode state, the buffer and the counters.
 """
 
 from __future__ import annotations
 
 import itertools
-from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+from torch import Tensor
 
-from rs_lightning.engine.replay import NStepReturns, ReplayMemory, update_ratio
-from rs_lightning.engine.rollout import Policy, Rollout
+from rs_lightning.engine.behaviour import BehaviourPolicy, Draw
+from rs_lightning.engine.replay import ReplayBuffer, ReplayMemory, update_ratio
+from rs_lightning.engine.rollout import Rollout, RolloutStep
+from rs_lightning.engine.rollout_buffer import RolloutBuffer
 from rs_lightning.envs.copies import make_copies
 from rs_lightning.envs.factory import env_problem, training_env
-from rs_lightning.objectives import Objective
-from rs_lightning.types import Transitions
+from rs_lightning.types import RolloutBatch, Transitions
 
 
 class ExperienceBatch(NamedTuple):
-    """What one update learns from: a replay batch of every member (fields ``[K, B, ...]``)
-    and the episodes that ended since the last update, per member."""
+    """What one update learns from: a batch of every member (fields ``[K, B, ...]``: replay
+    transitions, or a rollout's minibatch) and the episodes that ended since the last update,
+    per member."""
 
-    transitions: Transitions
+    batch: Transitions | RolloutBatch
     episode_returns: tuple[tuple[float, ...], ...]  # undiscounted, unscaled
     episode_outcomes: tuple[tuple[float, ...], ...]  # R_s of each (NaN if the env has none)
     env_steps: int  # environment steps of each member that this update follows
@@ -60,31 +61,41 @@ def copy_seeds(seeds: list[int], copies: int) -> list[int]:
     return [seed + i for seed in seeds for i in range(copies)]
 
 
+class Buffer(Protocol):
+    """Where the collector writes the steps of the copies and what an update reads:
+    :class:`~rs_lightning.engine.replay.ReplayBuffer` (sampled) or
+    :class:`~rs_lightning.engine.rollout_buffer.RolloutBuffer` (iterated)."""
+
+    def needs_steps(self, env_steps: int) -> bool:
+        """Whether the copies step before the next update (``env_steps`` of each member so far)."""
+
+    def store(self, step: RolloutStep, draw: Draw, env_steps: int) -> None:
+        """One step of every copy, taken after ``env_steps`` environment steps."""
+
+    def next_batch(self, env_steps: int) -> tuple[Transitions | RolloutBatch, int]:
+        """The next update's batch ``[K, B, ...]`` and the environment step it follows."""
+
+    def rewards(self) -> Tensor:
+        """The learning rewards held, ``[K, ...]``."""
+
+    def truncate(self, reached: np.ndarray) -> None:
+        """The copies' episodes restarted (a resume), cut as by a time limit at ``reached``."""
+
+    def state_dict(self, members: list[int], copies: list[int]) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class Collector:
     """Steps K members' N env copies (a :class:`~rs_lightning.engine.rollout.Rollout`) with
-    a policy and fills the replay memory with their transitions, of ``n_step`` steps each,
-    discounted by ``gamma``; :meth:`experience` is what one update learns from.
+    the behaviour policy it owns and fills its buffer; :meth:`experience` is what one update
+    learns from (module docstring)."""
 
-    Warm-up: the first ``warmup_steps`` transitions are collected before any update, and
-    more until the replay memory holds one (n-step transitions are stored n - 1 steps late);
-    the transitions of the step of the copies that crosses it beyond it earn updates.
-    """
-
-    def __init__(self, rollout: Rollout, replay: ReplayMemory, gamma: float, n_step: int = 1,
-                 updates_per_step: Fraction = Fraction(1), batch_size: int = 32,
-                 warmup_steps: int = 0) -> None:
+    def __init__(self, rollout: Rollout, buffer: Buffer, policy: BehaviourPolicy) -> None:
         self.rollout = rollout
-        self.replay = replay
-        self.gamma = gamma
-        self.n_step = n_step
-        self.window = None if n_step == 1 else NStepReturns(
-            n_step, gamma, len(self.copies), replay.obs.shape[2:], replay.action.shape[2:])
-        self.updates_per_step = updates_per_step
-        self.batch_size = batch_size
-        self.warmup_steps = max(warmup_steps, 1)
+        self.buffer = buffer
+        self.policy = policy
         self.env_steps = 0  # transitions of each member so far
-        # Transitions earn updates_per_step.numerator each, an update costs its denominator.
-        self.update_credit = 0
         self.episodes = [0] * self.members
         self.episode_returns = np.zeros(len(self.copies))
         self.ended_returns: list[list[float]] = [[] for _ in range(self.members)]
@@ -106,24 +117,33 @@ class Collector:
     def episode_state(self):
         return self.rollout.state
 
-    def step(self, policy: Policy) -> int:
-        """One step of every copy, stored; returns the transitions each member collected (N)."""
-        shape = (self.members, self.copies_per_member)
-        step = self.rollout.step(policy, self.env_steps)
+    @property
+    def replay(self) -> ReplayMemory:
+        """The replay memory (a replay buffer's)."""
+        return self.buffer.memory
+
+    def experience(self, stop: Callable[[], bool] | None = None) -> ExperienceBatch:
+        """What the next update learns from: the steps of the copies its buffer asks for
+        (first a replay memory's warm-up, or a whole rollout), then its batch and the
+        episodes that ended since the last update. ``stop``, asked before every step of the
+        copies, ends the collection with SIGTERMException when it says so."""
+        while self.buffer.needs_steps(self.env_steps):
+            if stop is not None and stop():
+                raise SIGTERMException()  # saved and reported as at the end of a step
+            self.collect()
+        batch, env_steps = self.buffer.next_batch(self.env_steps)
+        returns, outcomes = self.pop_ended_episodes()
+        return ExperienceBatch(batch, returns, outcomes, env_steps)
+
+    def collect(self) -> int:
+        """One step of every copy: observe (the objective's episode state augments), ask
+        the policy (one forward pass for every member and copy), step the copies and store;
+        returns the transitions each member collected (N)."""
+        obs = self.rollout.observe(self.policy)
+        draw = self.policy.draw(obs, self.env_steps, self.rollout.state)
+        step = self.rollout.advance(obs, draw.actions)
+        self.buffer.store(step, draw, self.env_steps)
         copies = step.copies
-        # Only termination stops bootstrapping; a truncated episode's last state has a value.
-        if self.window is None:
-            obs_shape = step.obs.shape[1:]
-            self.replay.add(step.obs.reshape(*shape, *obs_shape),
-                            step.actions.reshape(*shape, *step.actions.shape[1:]),
-                            step.learnt.reshape(shape), step.reached.reshape(*shape, *obs_shape),
-                            copies.terminated.reshape(shape),
-                            np.where(copies.terminated, 0.0, self.gamma).reshape(shape))
-        else:
-            leaving = self.window.push(step.obs, step.actions, step.learnt, step.reached,
-                                       copies.terminated, copies.ended)
-            if leaving is not None:
-                self.replay.add(*(field.reshape(*shape, *field.shape[1:]) for field in leaving))
         self.episode_returns += copies.reward
         if copies.ended.any():
             for j in np.flatnonzero(copies.ended).tolist():
@@ -134,47 +154,6 @@ class Collector:
             self.episode_returns[copies.ended] = 0.0
         self.env_steps += self.copies_per_member
         return self.copies_per_member
-
-    @property
-    def warming_up(self) -> bool:
-        """The first ``warmup_steps`` transitions, and more until the replay memory holds
-        one (n-step transitions are stored n - 1 steps late): no update learns yet."""
-        return self.env_steps < self.warmup_steps or len(self.replay) == 0
-
-    def needs_transitions(self) -> bool:
-        """Whether the copies step before the next update: during the warm-up, then while
-        the update ratio's credit is short of an update's cost (``updates_per_step`` =
-        p / q: every transition earns p, every update costs q)."""
-        return self.warming_up or self.update_credit < self.updates_per_step.denominator
-
-    def collect(self, policy: Policy) -> None:
-        """One step of the copies (:meth:`step`); past the warm-up its transitions earn
-        updates (those of the step that crosses it, the ones beyond it)."""
-        earned = self.updates_per_step.numerator
-        warming_up = self.warming_up
-        copies = self.step(policy)
-        if not warming_up:
-            self.update_credit += earned * copies
-        elif not self.warming_up:
-            self.update_credit = (self.env_steps - self.warmup_steps) * earned
-
-    def sample(self) -> ExperienceBatch:
-        """What the next update learns from: a replay batch of every member and the episodes
-        that ended since the last one. The update is paid for here, before it runs: a
-        checkpoint after it holds what is left."""
-        earned, cost = self.updates_per_step.numerator, self.updates_per_step.denominator
-        self.update_credit -= cost
-        returns, outcomes = self.pop_ended_episodes()
-        # The transition this update follows: the last one whose credit it spent.
-        return ExperienceBatch(self.replay.sample(self.batch_size), returns, outcomes,
-                               self.env_steps - self.update_credit // earned)
-
-    def experience(self, policy: Policy) -> ExperienceBatch:
-        """The steps the next update asks for, then its batch (:meth:`collect`,
-        :meth:`sample`)."""
-        while self.needs_transitions():
-            self.collect(policy)
-        return self.sample()
 
     def pop_ended_episodes(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
         if not any(self.ended_returns):  # most steps end no episode
@@ -191,7 +170,7 @@ class Collector:
         return [k * n + i for k in members for i in range(n)]
 
     def state_dict(self, members: list[int] | None = None) -> dict[str, Any]:
-        """Counters, books, copies, the objective's episode state and the replay memory;
+        """Counters, books, copies, the objective's episode state and the buffer;
         ``members`` selects some members (a member's own checkpoint, loadable by a run of
         its seed alone)."""
         chosen = list(range(self.members)) if members is None else list(members)
@@ -204,35 +183,24 @@ class Collector:
             "members": len(chosen),
             "copies_per_member": self.copies_per_member,
             "env_steps": self.env_steps,
-            "update_credit": self.update_credit,
-            "updates_per_step": [self.updates_per_step.numerator, self.updates_per_step.denominator],
-            "n_step": self.n_step,
             "episodes": [self.episodes[k] for k in chosen],
             "episode_returns": torch.from_numpy(self.episode_returns[copies]),
             "ended_returns": [list(self.ended_returns[k]) for k in chosen],
             "ended_outcomes": [list(self.ended_outcomes[k]) for k in chosen],
             "copies": self.copies.state_dict(copies),
-            "replay": self.replay.state_dict(chosen),
-            **({} if self.window is None else {"n_step_window": self.window.state_dict(copies)}),
+            **self.buffer.state_dict(chosen, copies),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if (state["members"], state["copies_per_member"]) != (self.members, self.copies_per_member):
             raise ValueError("the checkpoint's collector is of another number of members or copies")
-        ratio = Fraction(*state["updates_per_step"])
-        if ratio != self.updates_per_step or state["n_step"] != self.n_step:
-            raise ValueError("the checkpoint's collector has another learning.updates_per_step "
-                             "or learning.n_step")
+        self.buffer.load_state_dict(state)
         self.env_steps = state["env_steps"]
-        self.update_credit = state["update_credit"]
         self.episodes = list(state["episodes"])
         self.episode_returns = state["episode_returns"].numpy().copy()
         self.ended_returns = [list(r) for r in state["ended_returns"]]
         self.ended_outcomes = [list(o) for o in state["ended_outcomes"]]
         restarted = self.copies.load_state_dict(state["copies"])
-        self.replay.load_state_dict(state["replay"])
-        if self.window is not None:
-            self.window.load_state_dict(state["n_step_window"])
         episode = self.episode_state
         if episode.checkpoint_key is not None:
             episode.load_state_dict(state[episode.checkpoint_key])
@@ -243,31 +211,31 @@ class Collector:
             if features is not None:
                 reached = np.concatenate([reached, features], axis=-1)
             episode.restart(slice(None))
-            if self.window is not None:
-                self.window.truncate(reached)
+            self.buffer.truncate(reached)
 
 
 class ExperienceDataModule(pl.LightningDataModule):
-    """The members' env copies, the objective's episode state and the replay memory.
+    """The members' env copies, the objective's episode state and the buffer, with the
+    behaviour policy that acts on them.
 
     Args:
         env_config: the ``env`` section (``num_envs`` copies per member).
-        objective: what the run optimises (its episode state goes with the copies).
+        policy: the behaviour policy (its objective's episode state goes with the copies).
         seeds: the members' seeds: member k's copies are reset with ``seeds[k] + i``, its
-            replay memory samples with generator ``seeds[k] + 1``.
+            buffer samples (or shuffles) with generator ``seeds[k] + 1``.
+        learning: the ``learning`` section (the replay memory's settings).
+        rollouts: an on-policy agent's config (:class:`~rs_lightning.agents.on_policy.
+            OnPolicyConfig`: the rollouts' settings), or None: a replay memory.
     """
 
-    def __init__(self, env_config, objective: Objective, batch_size: int, replay_capacity: int,
-                 warmup_steps: int, seeds: list[int], n_step: int = 1,
-                 updates_per_step: float = 1.0) -> None:
+    def __init__(self, env_config, policy: BehaviourPolicy, seeds: list[int], learning,
+                 rollouts=None) -> None:
         super().__init__()
         self.env_config = env_config
-        self.objective = objective
-        self.batch_size = batch_size
-        self.replay_capacity = replay_capacity
-        self.warmup_steps = warmup_steps
-        self.n_step = n_step
-        self.updates_per_step = update_ratio(updates_per_step)
+        self.policy = policy
+        self.objective = policy.objective
+        self.learning = learning
+        self.rollouts = rollouts
         self.seeds = list(seeds)
         self.copies_per_member = int(getattr(env_config, "num_envs", 1))
         self.collector: Collector | None = None
@@ -280,18 +248,29 @@ class ExperienceDataModule(pl.LightningDataModule):
         copies = make_copies(training_env(self.env_config), copy_seeds(self.seeds, n),
                              groups=len(self.seeds))
         state = self.objective.episode_state(self.seeds, n, self.problem.gamma)
+        rollout = Rollout(copies, state, len(self.seeds), n,
+                          getattr(self.env_config, "reward_scale", 1.0),
+                          self.env_config.reward_clip)
+        self.collector = Collector(rollout, self._buffer(state), self.policy)
+
+    def _buffer(self, state) -> Buffer:
+        n, learning, gamma = self.copies_per_member, self.learning, self.problem.gamma
+        if self.rollouts is not None:
+            policy = self.policy
+            return RolloutBuffer(self.seeds, n, self.rollouts.rollout_steps,
+                                 self.rollouts.epochs, self.rollouts.minibatches, gamma,
+                                 self.rollouts.gae_lambda,
+                                 critic=lambda reached: policy.bootstrap(reached, state))
         # Bytes only where every stored value is a byte: an episode state's features are not.
         compact = self.problem.obs_uint8 and state.stored_features == 0
-        replay = ReplayMemory(self.replay_capacity,
+        memory = ReplayMemory(learning.replay_capacity,
                               (self.problem.obs_dim + state.stored_features,),
                               seeds=[seed + 1 for seed in self.seeds],
                               obs_dtype=torch.uint8 if compact else torch.float32,
                               action_shape=self.problem.action_shape)
-        rollout = Rollout(copies, state, len(self.seeds), n,
-                          getattr(self.env_config, "reward_scale", 1.0),
-                          self.env_config.reward_clip)
-        self.collector = Collector(rollout, replay, self.problem.gamma, self.n_step,
-                                   self.updates_per_step, self.batch_size, self.warmup_steps)
+        return ReplayBuffer(memory, n, gamma, learning.n_step,
+                            update_ratio(learning.updates_per_step), learning.batch_size,
+                            learning.warmup_steps)
 
     @property
     def env_steps(self) -> int:

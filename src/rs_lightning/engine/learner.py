@@ -1,17 +1,18 @@
-"""The distributional Q-learning loop as a LightningModule: one gradient update per step,
-for K members at once (K = 1: a single seed).
+"""The training loops as LightningModules: one gradient update per step, for K members at
+once (K = 1: a single seed).
 
-The module owns what the paper's algorithm keeps besides the networks: the target networks,
-the behaviour policy and the objective. It knows neither which agent, nor which risk
-measure, nor which objective it runs: the members compute their losses from a batch, and the
-objective (for the paper's, the utility alpha E + (1 - alpha) R) picks both the acting action
-and the target action. :meth:`QLearning.training_step` is the whole step, top to bottom.
+:class:`QLearning` learns from a replay memory (the paper's distributional Q-learning, and the
+actor-critics), :class:`OnPolicyLearning` from rollouts of the members' own policy (A2C, PPO:
+:mod:`rs_lightning.agents.on_policy`). Each module owns what its algorithm keeps besides the
+networks (the target networks, the objective's batch state, the exploration generators'
+checkpoint); neither knows which agent, risk measure or objective it runs. The environment
+side is the datamodule's collector, which acts with the behaviour policy it was handed and
+never calls the module. Each ``training_step`` is the whole step, top to bottom.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 import time
@@ -21,14 +22,13 @@ from typing import Any, Iterator
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.optim.adam import adam
 
 from rs_lightning.agents.base import Agent
 from rs_lightning.agents.members import Members, StackedMembers
 from rs_lightning.config.migrations import FORMAT_KEY, FORMAT_VERSION
-from rs_lightning.engine.behaviour import make_behaviour
+from rs_lightning.engine.behaviour import MemberExploration
 from rs_lightning.engine.experience import Collector
 from rs_lightning.engine.rollout import act_on_distinct
 from rs_lightning.errors import NumericalFault
@@ -93,18 +93,23 @@ class MemberPolicy:
         dist = self.agent.return_distribution(obs[0])
         return ReturnDistribution(dist.values.unsqueeze(0), dist.probs.unsqueeze(0))
 
-    def rule(self, obs: Tensor):
-        """``(network input, choose_action)`` of observations ``[B, D]`` as an episode's
-        start, or as the replay memory stores them (with the episode state's features)."""
-        obs = obs.to(self.device, torch.float32)
-        if obs.shape[-1] == self.agent.problem.obs_dim:  # what the network takes already
-            return self.objective.acting_rule(obs, EpisodeState(), self.agent.return_distribution)
-        return self.objective.start_rule(obs, self.agent.return_distribution)
+    def start_rule(self, obs: Tensor):
+        """``(network input, choose_action)`` of the environment's observations ``[B, D]``,
+        each taken as an episode's start (the static objective's best threshold there)."""
+        return self.objective.start_rule(obs.to(self.device, torch.float32),
+                                         self.agent.return_distribution)
+
+    def stored_rule(self, obs: Tensor):
+        """``(network input, choose_action)`` of observations as the collector shows and a
+        replay memory stores them ``[B, D']`` (the episode state's features appended)."""
+        return self.objective.acting_rule(obs.to(self.device, torch.float32), EpisodeState(),
+                                          self.agent.return_distribution)
 
     @torch.no_grad()
     def greedy(self, obs: Tensor) -> Tensor:
-        """The greedy policy for a batch of observations ``[B, ...]`` (:meth:`rule`)."""
-        return self.agent.greedy_action(*self.rule(obs))
+        """The greedy policy for a batch of the environment's observations ``[B, ...]``
+        (:meth:`start_rule`)."""
+        return self.agent.greedy_action(*self.start_rule(obs))
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
@@ -119,8 +124,15 @@ class MemberPolicy:
 
     @torch.no_grad()
     def return_distribution(self, obs: Tensor) -> ReturnDistribution:
-        """The learned Z(s, a) (at this member's setting, if risk-conditioned)."""
-        return self.agent.return_distribution(self.rule(obs)[0])
+        """The learned Z(s, a) of the environment's observations (at this member's setting,
+        if risk-conditioned; :meth:`start_rule`)."""
+        return self.agent.return_distribution(self.start_rule(obs)[0])
+
+    @torch.no_grad()
+    def stored_return_distribution(self, obs: Tensor) -> ReturnDistribution:
+        """The learned Z(s, a) of observations as a replay memory stores them
+        (:meth:`stored_rule`)."""
+        return self.agent.return_distribution(self.stored_rule(obs)[0])
 
     def at(self, alpha: float, parameter: float | None = None) -> MemberPolicy:
         """This member acting greedily on U at ``alpha`` and the measure's ``parameter`` (None:
@@ -208,32 +220,35 @@ def set_numpy_global_state(state) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
 
 
-class QLearning(pl.LightningModule):
-    """Risk-sensitive distributional Q-learning (the paper's Algorithm 1) for K members.
+class Learner(pl.LightningModule):
+    """What the training loops share: K members, the objective, one explicit update per
+    step (backward, clipping, a finite check, Adam), the logs and the checkpoint.
 
     Args:
         members: the K agents (:func:`rs_lightning.agents.members.make_members`).
-        objective: what the run optimises: it acts, and picks the target actions.
+        objective: what the run optimises: it acts (through the collector's behaviour
+            policy) and prepares the batches.
         learning: the ``learning`` config section.
         seeds: the members' seeds.
+        exploration: the behaviour policy's exploration rule (its generators are saved in
+            the module's checkpoint, and its epsilon is logged).
         member_loggers: each member's loggers (its metrics go to its own W&B run / CSV).
         fault_injection: the ``fault_injection`` section (tests break a run on purpose).
     """
 
     def __init__(self, members: Members, objective: Objective, learning, seeds: list[int],
-                 log_every_n_steps: int = 100, member_loggers: list[list] | None = None,
-                 fault_injection=None) -> None:
+                 exploration: MemberExploration, log_every_n_steps: int = 100,
+                 member_loggers: list[list] | None = None, fault_injection=None) -> None:
         super().__init__()
         self.automatic_optimization = False  # one explicit update per step, nothing hidden
         self.members = members
-        self.target_members = copy.deepcopy(members).requires_grad_(False).eval()
         self.objective = objective
         self.learning = learning
         self.seeds = list(seeds)
         self.n_actions = members.problem.n_actions
         self.log_every_n_steps = log_every_n_steps
         self.member_loggers = member_loggers or [[] for _ in seeds]
-        self.behaviour = make_behaviour(self.seeds, members.problem, learning)
+        self.exploration = exploration
         # What the objective keeps to prepare batches (the risk-conditioned settings' draws).
         self.batch_state = objective.batch_state(self.seeds)
         # What the progress bar shows (the mean over members); refreshed every window.
@@ -265,36 +280,20 @@ class QLearning(pl.LightningModule):
 
     @property
     def epsilon(self) -> float:
-        return self.behaviour.epsilon
-
-    # ----------------------------------------------------------------- acting
-    @torch.no_grad()
-    def network(self, obs: Tensor) -> ReturnDistribution:
-        """The members' Z of observations ``[K, B, D']`` (the rollout's :class:`Policy`)."""
-        return self.members.return_distribution(obs)
-
-    def act(self, obs: np.ndarray, env_step: int, state: EpisodeState) -> np.ndarray:
-        """The behaviour policy on the objective's rule, ``obs[K, N, ...]`` -> ``[K, N]``
-        (continuous: ``[K, N, d]``): epsilon-greedy, or the actor's sample; the actions of
-        every member and copy in one forward pass, without gradients."""
-        return self.behaviour(obs, env_step, lambda o, noise=None: self._policy(o, state, noise))
-
-    @torch.no_grad()
-    def _policy(self, obs: np.ndarray, state: EpisodeState, noise: np.ndarray | None
-                ) -> np.ndarray:
-        """The greedy actions (``noise`` None), or an actor's sample with ``noise``."""
-        obs_t = torch.from_numpy(np.asarray(obs, dtype=np.float32))
-        if self.device.type != "cpu":
-            obs_t = obs_t.to(self.device)
-        inputs, choose_action = self.objective.acting_rule(obs_t, state, self.network)
-        if noise is None:
-            return self.members.greedy_action(inputs, choose_action).cpu().numpy()
-        return self.members.sample_action(inputs, torch.from_numpy(noise).to(obs_t.device)
-                                          ).cpu().numpy()
+        return self.exploration.epsilon
 
     def member(self, k: int) -> MemberPolicy:
         """Member ``k`` as an ordinary agent with the objective (evaluation)."""
         return MemberPolicy(self.members.member_agent(k), self.objective, self.device)
+
+    def _sigterm_received(self) -> bool:
+        """Whether a SIGTERM asks the run to stop (the collection stops between steps)."""
+        return self.trainer.received_sigterm
+
+    def _on_device(self, batch):
+        if self.device.type == "cpu":
+            return batch
+        return type(batch)(*(t.to(self.device) for t in batch))
 
     # --------------------------------------------------------------- learning
     def on_train_start(self) -> None:
@@ -312,57 +311,6 @@ class QLearning(pl.LightningModule):
 
     def configure_optimizers(self):
         return make_optimizer(self.members, self.learning)
-
-    def training_step(self, dataloader_iter: Iterator) -> None:
-        """One update, top to bottom: collect, sample, prepare, loss, update."""
-        # The datamodule's collector, fetched here rather than prefetched by Lightning: the
-        # environment steps happen inside this update, so a checkpoint after it holds none
-        # ahead.
-        collector: Collector = next(dataloader_iter)[0]
-        update = self.global_step + 1  # the number of the update this step makes
-
-        # 1. Observe (the objective's episode state augments), act (epsilon-greedy on the
-        #    objective's rule), step the copies and store, as often as the update ratio asks
-        #    (first the warm-up: a SIGTERM stops it too); then sample a replay batch of every
-        #    member.
-        while collector.needs_transitions():
-            if self.trainer.received_sigterm:
-                raise SIGTERMException()  # saved and reported as at the end of a step
-            collector.collect(self)
-        experience = collector.sample()
-        self.last_experience = experience
-        transitions = experience.transitions
-        if self.device.type != "cpu":
-            transitions = type(transitions)(*(t.to(self.device) for t in transitions))
-
-        # 2. The objective prepares the batch and the rule of its target actions.
-        transitions, choose_action = self.objective.prepare_batch(transitions, self.batch_state)
-
-        # 3. The members' distributional losses against the target networks.
-        losses, agent_metrics = self.members.loss(transitions, self.target_members, choose_action)
-        if update == self._nan_loss_at:
-            losses = losses + float("nan")
-
-        # 4. The update: backward, clipping, a finite check, Adam; the target networks.
-        grad_norms = self._update(update, losses)
-        if update % self.learning.target_update_period == 0:
-            self._update_targets()
-
-        # 5. Logging.
-        self._log_step(update, experience, losses, grad_norms, agent_metrics)
-
-    @torch.no_grad()
-    def _update_targets(self) -> None:
-        """Copy the weights into the target networks (``learning.target_update_rate`` 1), or
-        move the targets that share of the way toward them (Polyak averaging, SAC's 0.005
-        every update)."""
-        rate = self.learning.target_update_rate
-        if rate == 1.0:
-            self.target_members.load_state_dict(self.members.state_dict())
-            return
-        views = self.members.elementwise_views
-        torch._foreach_lerp_(views(list(self.target_members.parameters())),
-                             views(list(self.members.parameters())), rate)
 
     def _update(self, update: int, losses: Tensor) -> Tensor:
         optimizer = self.optimizers()
@@ -464,7 +412,7 @@ class QLearning(pl.LightningModule):
                 "train/env_steps": float(env_steps),
                 "train/steps_per_second": steps_per_second,
             }
-            if self.behaviour.explores_by_epsilon:  # an actor's own sample has no epsilon
+            if self.exploration.explores_by_epsilon:  # an actor's own sample has no epsilon
                 metrics["train/epsilon"] = self.epsilon
             metrics.update({f"train/{name}": values[k] for name, values in agent_values.items()})
             returns, outcomes = self._window_returns[k], self._window_outcomes[k]
@@ -497,7 +445,7 @@ class QLearning(pl.LightningModule):
         return {
             FORMAT_KEY: FORMAT_VERSION,  # rs_lightning.config.migrations
             **self.batch_state.state_dict(chosen),
-            "behaviour": self.behaviour.state_dict(chosen),
+            "behaviour": self.exploration.state_dict(chosen),
             "episodes": [self._episodes[k] for k in chosen],
             # Episodes ended since the last train/ row: a resumed run logs the same row.
             "window_returns": [list(self._window_returns[k]) for k in chosen],
@@ -514,7 +462,7 @@ class QLearning(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # In the current format: the run's checkpoint reader (engine.build) migrated it.
         state = checkpoint["rs_lightning"]
-        self.behaviour.load_state_dict(state["behaviour"])
+        self.exploration.load_state_dict(state["behaviour"])
         self.batch_state.load_state_dict(state)
         self._episodes = list(state["episodes"])
         self._window_returns = [list(r) for r in state["window_returns"]]
@@ -523,3 +471,105 @@ class QLearning(pl.LightningModule):
         self.clock.before = state["train_seconds"]
         torch.set_rng_state(state["torch_rng"])
         set_numpy_global_state(state["numpy_rng"])
+
+
+class QLearning(Learner):
+    """Risk-sensitive distributional Q-learning (the paper's Algorithm 1) for K members, and
+    the actor-critics: replay batches, target networks (arguments: :class:`Learner`)."""
+
+    def __init__(self, members: Members, objective: Objective, learning, seeds: list[int],
+                 exploration: MemberExploration, **options) -> None:
+        super().__init__(members, objective, learning, seeds, exploration, **options)
+        # Only what the agents' targets use (an actor-critic's critics, not its actor).
+        self.target_members = members.target_copy()
+        self._target_pairs: tuple[list[Tensor], list[Tensor]] | None = None
+
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        """One update, top to bottom: collect, sample, prepare, loss, update, targets."""
+        # The datamodule's collector, fetched here rather than prefetched by Lightning: the
+        # environment steps happen inside this update, so a checkpoint after it holds none
+        # ahead.
+        collector: Collector = next(dataloader_iter)[0]
+        update = self.global_step + 1  # the number of the update this step makes
+
+        # 1. The collector's behaviour policy acts (the objective's episode state augments,
+        #    epsilon-greedy on the objective's rule, or the actor's sample), the copies step
+        #    and the replay memory stores, as often as the update ratio asks (first the
+        #    warm-up: a SIGTERM stops it too); then a replay batch of every member.
+        experience = collector.experience(stop=self._sigterm_received)
+        self.last_experience = experience
+        transitions = self._on_device(experience.batch)
+
+        # 2. The objective prepares the batch and the rule of its target actions.
+        transitions, choose_action = self.objective.prepare_batch(transitions, self.batch_state)
+
+        # 3. The members' distributional losses against the target networks.
+        losses, agent_metrics = self.members.loss(transitions, self.target_members, choose_action)
+        if update == self._nan_loss_at:
+            losses = losses + float("nan")
+
+        # 4. The update: backward, clipping, a finite check, Adam; the target networks.
+        grad_norms = self._update(update, losses)
+        if update % self.learning.target_update_period == 0:
+            self._update_targets()
+
+        # 5. Logging.
+        self._log_step(update, experience, losses, grad_norms, agent_metrics)
+
+    @torch.no_grad()
+    def _update_targets(self) -> None:
+        """Copy the weights into the target networks (``learning.target_update_rate`` 1), or
+        move the targets that share of the way toward them (Polyak averaging, SAC's 0.005
+        every update)."""
+        if self._target_pairs is None:  # each target tensor with the one it follows
+            own = dict(self.members.named_parameters())
+            named = list(self.target_members.named_parameters())
+            self._target_pairs = ([p for _, p in named], [own[name] for name, _ in named])
+        targets, sources = self._target_pairs
+        views = self.members.elementwise_views
+        if self.learning.target_update_rate == 1.0:
+            torch._foreach_copy_(targets, sources)
+            return
+        torch._foreach_lerp_(views(targets), views(sources), self.learning.target_update_rate)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        # Checkpoints whose target networks held a whole agent (an actor-critic's actor and
+        # temperature too): the parts a target does not hold are left out.
+        held = set(self.state_dict())
+        state_dict = {name: value for name, value in state_dict.items()
+                      if not name.startswith("target_members.") or name in held}
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+class OnPolicyLearning(Learner):
+    """On-policy actor-critics (:mod:`rs_lightning.agents.on_policy`) for K members:
+    rollouts of their own policy, epochs over shuffled minibatches, no target networks; one
+    Lightning step is one minibatch's update (arguments: :class:`Learner`)."""
+
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        """One update, top to bottom: collect (a whole rollout when the last one is spent),
+        the next minibatch, prepare, loss, update."""
+        collector: Collector = next(dataloader_iter)[0]
+        update = self.global_step + 1
+
+        # 1. When every epoch of the last rollout has been served, the collector's behaviour
+        #    policy (each member's own draw on the objective's rule) runs the copies for a new
+        #    rollout, bootstraps it from the critic and estimates the advantages; then the
+        #    next minibatch of every member.
+        experience = collector.experience(stop=self._sigterm_received)
+        self.last_experience = experience
+        batch = self._on_device(experience.batch)
+
+        # 2. The objective prepares the minibatch and the rule whose utility it optimises.
+        batch, choose_action = self.objective.prepare_rollout(batch, self.batch_state)
+
+        # 3. The members' losses (policy, critic, and whatever the agent adds).
+        losses, agent_metrics = self.members.loss(batch, None, choose_action)
+        if update == self._nan_loss_at:
+            losses = losses + float("nan")
+
+        # 4. The update: backward, clipping, a finite check, Adam.
+        grad_norms = self._update(update, losses)
+
+        # 5. Logging.
+        self._log_step(update, experience, losses, grad_norms, agent_metrics)

@@ -224,3 +224,108 @@ class NStepReturns:
         for name in self._ARRAYS:
             getattr(self, name)[...] = state[name].numpy()
         self.started = state["started"]
+
+
+class ReplayBuffer:
+    """The replay side of the collector (:class:`~rs_lightning.engine.experience.Buffer`):
+    K members' replay memory, the n-step window each copy's transitions pass through, and
+    the schedule of updates.
+
+    ``updates_per_step`` = p / q gradient updates per environment step, exactly: every
+    transition earns p, every update costs q, and the copies step whenever less than q is
+    left. The integer balance, ``update_credit``, is part of the checkpoint, so a run resumed
+    between two updates goes on exactly as the uninterrupted one. Warm-up: the first
+    ``warmup_steps`` transitions are collected before any update, and more until the memory
+    holds one (n-step transitions are stored n - 1 steps late); the transitions of the step
+    of the copies that crosses it beyond it earn updates.
+    """
+
+    def __init__(self, memory: ReplayMemory, copies_per_member: int, gamma: float,
+                 n_step: int = 1, updates_per_step: Fraction = Fraction(1),
+                 batch_size: int = 32, warmup_steps: int = 0) -> None:
+        self.memory = memory
+        self.copies_per_member = copies_per_member
+        self.gamma = gamma
+        self.n_step = n_step
+        self.window = None if n_step == 1 else NStepReturns(
+            n_step, gamma, memory.members * copies_per_member, memory.obs.shape[2:],
+            memory.action.shape[2:])
+        self.updates_per_step = updates_per_step
+        self.batch_size = batch_size
+        self.warmup_steps = max(warmup_steps, 1)
+        # Transitions earn updates_per_step.numerator each, an update costs its denominator.
+        self.update_credit = 0
+
+    def warming_up(self, env_steps: int) -> bool:
+        """The first ``warmup_steps`` transitions, and more until the memory holds one."""
+        return env_steps < self.warmup_steps or len(self.memory) == 0
+
+    def needs_steps(self, env_steps: int) -> bool:
+        """Whether the copies step before the next update: during the warm-up, then while
+        the credit is short of an update's cost."""
+        return self.warming_up(env_steps) or self.update_credit < self.updates_per_step.denominator
+
+    def store(self, step, draw, env_steps: int) -> None:
+        """One step of every copy (a :class:`~rs_lightning.engine.rollout.RolloutStep`)
+        taken after ``env_steps`` environment steps of each member; past the warm-up its
+        transitions earn updates. Only termination stops bootstrapping: a truncated
+        episode's last state has a value."""
+        earned = self.updates_per_step.numerator
+        warming_up = self.warming_up(env_steps)
+        shape = (self.memory.members, self.copies_per_member)
+        copies = step.copies
+        if self.window is None:
+            obs_shape = step.obs.shape[1:]
+            self.memory.add(step.obs.reshape(*shape, *obs_shape),
+                            step.actions.reshape(*shape, *step.actions.shape[1:]),
+                            step.learnt.reshape(shape), step.reached.reshape(*shape, *obs_shape),
+                            copies.terminated.reshape(shape),
+                            np.where(copies.terminated, 0.0, self.gamma).reshape(shape))
+        else:
+            leaving = self.window.push(step.obs, step.actions, step.learnt, step.reached,
+                                       copies.terminated, copies.ended)
+            if leaving is not None:
+                self.memory.add(*(field.reshape(*shape, *field.shape[1:]) for field in leaving))
+        after = env_steps + self.copies_per_member
+        if not warming_up:
+            self.update_credit += earned * self.copies_per_member
+        elif not self.warming_up(after):
+            self.update_credit = (after - self.warmup_steps) * earned
+
+    def next_batch(self, env_steps: int) -> tuple[Transitions, int]:
+        """A replay batch of every member and the environment step the update follows (the
+        last transition whose credit it spends). The update is paid for here, before it
+        runs: a checkpoint after it holds what is left."""
+        self.update_credit -= self.updates_per_step.denominator
+        return (self.memory.sample(self.batch_size),
+                env_steps - self.update_credit // self.updates_per_step.numerator)
+
+    def rewards(self) -> Tensor:
+        """The learning rewards held ``[K, size]``."""
+        return self.memory.reward[:, :len(self.memory)]
+
+    def truncate(self, reached: np.ndarray) -> None:
+        """The copies' episodes restarted (a resume), as if cut by a time limit at the
+        states ``reached``."""
+        if self.window is not None:
+            self.window.truncate(reached)
+
+    def state_dict(self, members: Sequence[int], copies: Sequence[int]) -> dict[str, Any]:
+        return {
+            "update_credit": self.update_credit,
+            "updates_per_step": [self.updates_per_step.numerator,
+                                 self.updates_per_step.denominator],
+            "n_step": self.n_step,
+            "replay": self.memory.state_dict(members),
+            **({} if self.window is None else {"n_step_window": self.window.state_dict(copies)}),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ratio = Fraction(*state["updates_per_step"])
+        if ratio != self.updates_per_step or state["n_step"] != self.n_step:
+            raise ValueError("the checkpoint's collector has another learning.updates_per_step "
+                             "or learning.n_step")
+        self.update_credit = state["update_credit"]
+        self.memory.load_state_dict(state["replay"])
+        if self.window is not None:
+            self.window.load_state_dict(state["n_step_window"])

@@ -79,10 +79,21 @@ class Rollout:
 
     def step(self, policy: Policy, env_step: int) -> RolloutStep:
         """Observe, act, step the copies, advance the episode state."""
+        obs = self.observe(policy)
+        return self.advance(obs, policy.act(obs, env_step, self.state))
+
+    def observe(self, policy: Policy) -> np.ndarray:
+        """What the copies show, as the policy sees it: ``[K, N, D']`` (the episode state's
+        features appended; ``policy.network`` may be asked about the copies whose episode
+        starts)."""
         obs = self.state.observe(self.copies.obs(), policy.network, policy.device)
+        return obs.reshape(self.members, self.copies_per_member, *obs.shape[1:])
+
+    def advance(self, grouped: np.ndarray, actions: np.ndarray) -> RolloutStep:
+        """Step the copies that showed ``grouped`` (:meth:`observe`) with ``actions[K, N]``
+        (continuous: ``[K, N, d]``) and advance the episode state."""
+        obs = grouped.reshape(-1, *grouped.shape[2:])
         constants = self.state.episode_constants()
-        grouped = obs.reshape(self.members, self.copies_per_member, *obs.shape[1:])
-        actions = policy.act(grouped, env_step, self.state)
         actions = actions.reshape(-1, *actions.shape[2:])  # [M] or, continuous, [M, d]
         step = self.copies.step(actions)
         learnt = learning_reward(step.reward, self.reward_scale, self.reward_clip)
