@@ -351,7 +351,7 @@ class RiskyGridWorld(GridWorld):
 
 class TwoStage(GridWorld):
     """A two-stage gamble where the paper's per-decision criterion and the static objective
-    U[S] of the whole episode disagree (issue 21; not from the paper)::
+    U[S] of the whole episode disagree (not from the paper)::
 
         y=2   safe goal (0, 2)   risky goal (1, 2)   .
         y=1   penalty (0, 1)     coin (1, 1)         safe goal (2, 1)

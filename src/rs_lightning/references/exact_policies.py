@@ -1,7 +1,7 @@
 """Exact reference policies on the grid worlds: the paper's per-decision criterion and the
 static objective, both computed on the exact return laws of :mod:`rs_lightning.references.exact`.
 
-Per-decision (the paper's method, issue 20): the agent acts greedily on the utility of the
+Per-decision (the paper's method): the agent acts greedily on the utility of the
 law of the return from the current state-action,
 pi(s) = argmax_a U[Z^pi(s, a)] (paper, equation ``EquationRiskSensitivePolicy``), with
 U = alpha E + (1 - alpha) R_rho (``EquationUtilityFunction``) and Z^pi(s, a) the discounted
@@ -9,7 +9,7 @@ return of taking ``a`` in ``s`` and following ``pi`` afterwards. :func:`per_deci
 finds the policy that is greedy on its own laws by policy iteration on the exact laws, and
 :func:`per_decision_switch_points` the alphas at which its path from the start changes.
 
-Static (issue 21): the utility of the return of the whole episode, U[sum_t gamma^t r_t],
+Static: the utility of the return of the whole episode, U[sum_t gamma^t r_t],
 maximised over policies as a whole (:func:`static_optimum`). The two differ because
 U is not additive: the per-decision criterion judges every state's future alone, whatever
 the episode has already earned (``TwoStage`` is a world built to show it).
