@@ -468,6 +468,22 @@ class ValidatedConfig:
         return self.objective.network_problem(problem)
 
 
+def check_rollouts(agent: AgentConfig, train: TrainConfig) -> None:
+    """ConfigError naming the key unless an on-policy agent's rollouts can be cut into its
+    minibatches (env.num_envs x agent.rollout_steps steps), and it learns at one setting (a
+    rollout bootstraps its states at the setting each copy acts at)."""
+    if not AGENTS[agent.name][0].on_policy:
+        return
+    if agent.risk_conditioned:
+        raise ConfigError("agent.risk_conditioned", f"agent={agent.name} learns from rollouts "
+                          "at the run's own setting; risk_conditioned=true needs a replay agent")
+    try:
+        agent.minibatch_size(train.env.num_envs)
+    except ValueError as error:
+        key, _, message = str(error).partition(": ")
+        raise ConfigError(key, message) from None
+
+
 def check_action_space(agent: str, env_id: str, problem: Problem) -> None:
     """ConfigError naming ``agent`` when it cannot act in the environment's actions."""
     continuous = AGENTS[agent][0].continuous_actions
@@ -602,6 +618,7 @@ def validate(cfg: DictConfig) -> ValidatedConfig:
     train.check()
     agent = agent_config_from(OmegaConf.create(train.agent))
     agent.network = train.network  # one torso setting for every agent (agents/networks.py)
+    check_rollouts(agent, train)
     utility = utility_from(train.risk, train.alpha)
     objective = objective_from(train, agent, utility)
     return ValidatedConfig(train=train, agent=agent, utility=utility, objective=objective)

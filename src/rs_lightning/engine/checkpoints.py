@@ -157,7 +157,7 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
                      updates_per_step: float = 1.0) -> None:
     """ConfigError unless ``state`` (in the current format) was written by the same agent
     with the same network shapes, members, environment copies, n-step returns and update
-    ratio.
+    ratio (an on-policy run: the same rollouts' settings).
 
     ``members`` are the networks this run builds
     (:class:`~rs_lightning.agents.members.Members`); the checkpoint's ``agent.*`` tensors
@@ -195,6 +195,22 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             f"env.num_envs={num_envs}; resume with the checkpoint's env.num_envs"
         )
     collector = data["collector"]
+    if "rollout" in collector:  # an on-policy run: its rollouts' settings are the agent's
+        rollout = collector["rollout"]
+        for name, written in (("rollout_steps", rollout["steps"]), ("epochs", rollout["epochs"]),
+                              ("minibatches", rollout["minibatches"])):
+            ours = getattr(members.config, name)
+            if written != ours:
+                raise ConfigError(
+                    key, f"{path} was written with agent.{name}={written}, this run has "
+                    f"agent.{name}={ours}; resume with the checkpoint's agent.{name}")
+    else:
+        _check_replay(collector, path, key, n_step, updates_per_step)
+    _check_network(state, path, key, members)
+
+
+def _check_replay(collector: dict[str, Any], path, key: str, n_step: int,
+                  updates_per_step: float) -> None:
     written_n = collector["n_step"]
     if written_n != n_step:
         raise ConfigError(
@@ -208,6 +224,9 @@ def check_compatible(state: dict[str, Any], path: Path | str, agent_name: str,
             f"this run has {updates_per_step:g}; resume with the checkpoint's "
             "learning.updates_per_step"
         )
+
+
+def _check_network(state: dict[str, Any], path, key: str, members: torch.nn.Module) -> None:
     saved = {k[len("members."):]: v.shape
              for k, v in state["state_dict"].items()
              if k.startswith("members.")}

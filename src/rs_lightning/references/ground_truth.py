@@ -319,14 +319,18 @@ def distribution_distances(
 @torch.no_grad()
 def start_state_distances(module, env_config, cell: Cell = START) -> Optional[dict[str, float]]:
     """W1 between learned and exact Z(cell, a) for a module's agent and greedy policy:
-    ``w1_mean`` over actions, ``w1_greedy`` of the greedy action, ``w1_action_<a>`` each."""
+    ``w1_mean`` over actions, ``w1_greedy`` of the greedy action, ``w1_action_<a>`` each
+    (an agent whose law is the state's, one law for every action: ``w1_greedy`` only)."""
     laws = exact_action_laws(module.greedy, env_config, module.n_actions, cell)
     if laws is None:
         return None
     obs = torch.tensor([cell], dtype=torch.float32, device=module.device)
     learned = module.return_distribution(obs).select(0)
-    distances = distribution_distances(learned, laws)
     greedy = int(module.greedy(obs)[0])
+    if learned.values.shape[0] != len(laws):
+        # One law of the state (an on-policy critic's): that of the action the policy takes.
+        return {"w1_greedy": distribution_distances(learned, [laws[greedy]])[0]}
+    distances = distribution_distances(learned, laws)
     metrics = {f"w1_action_{a}": d for a, d in enumerate(distances)}
     metrics["w1_mean"] = float(np.mean(distances))
     metrics["w1_greedy"] = distances[greedy]
