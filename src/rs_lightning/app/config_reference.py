@@ -250,15 +250,18 @@ def _cell(text: str) -> str:
 
 
 def _table(keys: list[Key], accepted: dict[str, list[str]]) -> list[str]:
-    rows = ["| key | default | type | accepted | meaning |", "|---|---|---|---|---|"]
+    keys = [key for key in keys if key.kind != "section"]
+    # A table whose keys take any value of their type has no accepted column: an empty
+    # column would narrow the meanings.
+    checked = any(accepted.get(key.path) for key in keys)
+    rows = (["| key | default | type | accepted | meaning |", "|---|---|---|---|---|"] if checked
+            else ["| key | default | type | meaning |", "|---|---|---|---|"])
     for key in keys:
-        if key.kind == "section":
-            continue
         name = key.path
         allowed = "; ".join(accepted.get(name, []))
         default = key.default.replace("|", "\\|")  # inside a code span: no escapes
-        rows.append(f"| `{name}` | `{default}` | {key.kind} | {_cell(allowed)} | "
-                    f"{_cell(key.meaning)} |")
+        rows.append(f"| `{name}` | `{default}` | {key.kind} | "
+                    + (f"{_cell(allowed)} | " if checked else "") + f"{_cell(key.meaning)} |")
     return rows
 
 
