@@ -175,6 +175,13 @@ class Agent(nn.Module, ABC):
         terminal transitions, whose target does not depend on the next state).
         """
 
+    @staticmethod
+    def objective_refusal(objective: str, utility: Utility | None) -> str | None:
+        """Why this agent cannot follow ``objective`` at ``utility``, beyond the rules every
+        agent meets (:func:`rs_lightning.config.schema.objective_refusal`); None where it
+        can. ``utility`` None asks what it refuses at every setting."""
+        return None
+
     def left_out_of_target(self) -> list[nn.Module | nn.Parameter]:
         """The parts a target copy of this agent leaves out: those its loss never reads of
         ``target`` (an actor-critic's actor and temperature); none by default."""

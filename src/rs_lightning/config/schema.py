@@ -486,11 +486,11 @@ def check_rollouts(agent: AgentConfig, train: TrainConfig) -> None:
 
 def check_action_space(agent: str, env_id: str, problem: Problem) -> None:
     """ConfigError naming ``agent`` when it cannot act in the environment's actions."""
-    continuous = AGENTS[agent][0].continuous_actions
-    if continuous == problem.continuous:
+    continuous = AGENTS[agent][0].continuous_actions  # None: either kind (PPO)
+    if continuous is None or continuous == problem.continuous:
         return
     allowed = ", ".join(sorted(n for n, (cls, _) in AGENTS.items()
-                               if cls.continuous_actions == problem.continuous))
+                               if cls.continuous_actions in (None, problem.continuous)))
     if problem.continuous:
         raise ConfigError("agent", f"{agent} picks among discrete actions, and {env_id!r} has "
                           f"continuous ones (a Box); allowed: {allowed}")
@@ -580,18 +580,19 @@ def objective_from(train: TrainConfig, agent: AgentConfig, utility: Utility) -> 
     """The objective a checked config names (``objective``; the risk-conditioned one for
     ``agent.risk_conditioned=true``, whose networks see the setting)."""
     name = train.objective
-    refusal = objective_refusal(agent.name, name, agent.risk_conditioned)
+    refusal = objective_refusal(agent.name, name, agent.risk_conditioned, utility)
     if refusal is not None:
         raise ConfigError("objective", refusal)
     objective_class = OBJECTIVES["conditioned" if agent.risk_conditioned else name]
     return objective_class.from_config(utility, train)
 
 
-def objective_refusal(agent_name: str, objective: str, risk_conditioned: bool = False
-                      ) -> Optional[str]:
+def objective_refusal(agent_name: str, objective: str, risk_conditioned: bool = False,
+                      utility: Optional[Utility] = None) -> Optional[str]:
     """Why ``objective`` cannot train the agent ``agent_name`` (what the ConfigError of
-    :func:`objective_from` says), or None where it can. The one statement of the rule;
-    the benchmark's sweep leaves the refused pairs out by it."""
+    :func:`objective_from` says), or None where it can; with ``utility`` also the refusals
+    that depend on the setting. The one statement of the rule; the benchmark's sweep leaves
+    the refused pairs out by it."""
     if risk_conditioned:
         if objective != "per_decision":
             return (f"{objective} does not combine with agent.risk_conditioned=true "
@@ -605,7 +606,7 @@ def objective_refusal(agent_name: str, objective: str, risk_conditioned: bool = 
     if objective_class.needs_distribution and not agent_class.distributional:
         return (f"{objective} needs a distributional agent; agent={agent_name} learns a "
                 "point value (allowed: per_decision)")
-    return None
+    return agent_class.objective_refusal(objective, utility)
 
 
 def validate(cfg: DictConfig) -> ValidatedConfig:

@@ -26,7 +26,7 @@ from rs_lightning.objectives.base import (
     register_objective,
 )
 from rs_lightning.risk import ReturnDistribution, Utility, from_samples
-from rs_lightning.risk.static import MAX_CANDIDATES, StaticObjective
+from rs_lightning.risk.static import MAX_CANDIDATES, StaticObjective, static_advantage
 
 # Tags the generators of the episodes' thresholds.
 THRESHOLD_STREAM = 0x7B5E
@@ -232,8 +232,16 @@ class Static(Objective):
         return transitions, self.static.choose_action_at(transitions.next_obs)
 
     def prepare_rollout(self, batch, state):
-        # Each row by its own (c, gamma^t, b), which the policy saw.
-        return batch, self.static.choose_action_at(batch.obs)
+        """Each row's advantage for the static objective at its own (c, gamma^t, b), which
+        the policy saw: :func:`~rs_lightning.risk.static.static_advantage` of the return
+        the rollout observed from it (``batch.returns``: with ``agent.gae_lambda`` 1 the
+        Monte Carlo return, bootstrapped from the critic's mean only where the rollout cut
+        the episode) against the critic's atoms when it was collected."""
+        accumulated, discount, threshold = self.static.decode(batch.obs)
+        advantage = static_advantage(self.static, batch.returns, batch.value, accumulated,
+                                     discount, threshold)
+        return (batch._replace(advantage=advantage.to(batch.advantage.dtype)),
+                self.static.choose_action_at(batch.obs))
 
     def at(self, utility: Utility) -> Static:
         raise ValueError("a run of objective=static is evaluated at its own setting only "

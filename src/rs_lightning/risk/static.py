@@ -230,3 +230,72 @@ class StaticArgmax:
         """The rule for the rows ``index`` (a member of ``[K, B]``, or some transitions)."""
         return StaticArgmax(self.objective, self.accumulated[index], self.discount[index],
                             self.threshold[index])
+
+
+# --------------------------------------------------------------- policy gradients
+# Measures whose static objective a policy gradient follows exactly (static_advantage): an
+# expected utility for a fixed threshold (the threshold measures' dual forms), or a monotone
+# transform of one (the entropic measure at alpha 0: maximising -1/beta log E[exp(-beta S)]
+# is minimising E[exp(-beta S)]).
+POLICY_GRADIENT_MEASURES = ("expectation", "cvar", "var", "spectral", "entropic")
+
+
+def policy_gradient_refusal(utility: Utility) -> str | None:
+    """Why a policy gradient cannot follow the static objective of ``utility``, or None."""
+    if utility.alpha == 1.0 or utility.risk == "expectation":
+        return None
+    if utility.risk not in POLICY_GRADIENT_MEASURES:
+        return (f"risk={utility.risk} has no expected-utility form a policy gradient can "
+                f"follow; allowed: {', '.join(POLICY_GRADIENT_MEASURES)}")
+    if utility.risk == "entropic" and utility.alpha != 0.0:
+        return ("risk=entropic is followed through the exponential criterion at alpha 0 (or "
+                f"the expectation at alpha 1), got alpha={utility.alpha}")
+    return None
+
+
+def static_advantage(objective: StaticObjective, sampled: Tensor, atoms: Tensor,
+                     accumulated: Tensor, discount: Tensor, threshold: Tensor) -> Tensor:
+    """The advantage of the static objective at augmented states x = (s, c, gamma^t, b):
+    ``sampled[...]`` the return R observed from x on (a Monte Carlo sample of Z(x)),
+    ``atoms[..., n]`` the critic's equally weighted atoms of Z(x), one (c, gamma^t, b) per
+    row (``[...]``, ``[...]``, ``[..., m]``) -> ``[...]``.
+
+    The objective is E[h(S)] with S = c + gamma^t R (for a threshold measure h = h_b of the
+    dual form, fixed for the episode; module docstring). Its score-function gradient weighs
+    the log-probability of the action at x by h(S) - E[h(c + gamma^t Z(x))], an estimate of
+    zero mean whatever the action's law; divided by gamma^t it is in units of the return
+    from x on, as the expectation's advantage R - E[Z] is (the usual policy-gradient
+    convention of dropping the gamma^t weight of later states):
+
+    - expectation (and alpha = 1): R - E[Z];
+    - cvar, spectral, var: the static rule's score (:func:`static_scores`) of the point R
+      minus that of the law Z(x): alpha (R - E[Z]) - (1 - alpha) sum_i w_i ((b~_i - R)^+ -
+      E[(b~_i - Z)^+]) / rho_i with b~ = (b - c) / gamma^t: the terminal reward
+      -(b - S)^+ / rho of Baeuerle and Ott's augmented state, read from the return;
+    - entropic at alpha 0, the exponential criterion: h(S) = -exp(-beta S) / beta, so each
+      episode's weight is exp(-beta S); taken relative to the certainty equivalent
+      CE = -1 / (beta gamma^t) log E[exp(-beta gamma^t Z)] and divided by its slope there,
+      (1 - exp(-beta gamma^t (R - CE))) / (beta gamma^t), which is R - CE to first order
+      (the optimum is Markov in the state and gamma^t: the factor exp(-beta c) is common to
+      every action).
+    """
+    utility = objective.utility
+    dtype = torch.float64
+    sampled, atoms = sampled.to(dtype), atoms.to(dtype)
+    if utility.alpha == 1.0 or utility.risk == "expectation":
+        return sampled - atoms.mean(-1)
+    refusal = policy_gradient_refusal(utility)
+    if refusal is not None:
+        raise ValueError(refusal)
+    g = discount.to(dtype)
+    if utility.risk == "entropic":
+        scale = float(utility.params["beta"]) * g
+        log_mean = torch.logsumexp(-scale[..., None] * atoms, -1) - torch.log(
+            torch.tensor(float(atoms.shape[-1]), dtype=dtype))
+        certainty = -log_mean / scale
+        return -torch.expm1(-scale * (sampled - certainty)) / scale
+    point = ReturnDistribution(sampled[..., None, None], torch.ones_like(sampled)[..., None, None])
+    law = ReturnDistribution(atoms[..., None, :].sort(-1).values,
+                             torch.full_like(atoms[..., None, :], 1.0 / atoms.shape[-1]))
+    return (static_scores(point, objective, accumulated, discount, threshold)
+            - static_scores(law, objective, accumulated, discount, threshold))[..., 0]
