@@ -99,7 +99,8 @@ class Replay:
         from rs_lightning.agents import Transitions
 
         index = torch.from_numpy(self.rng.integers(self.size, size=BATCH))
-        return Transitions(*(self.data[key][index] for key in self.data))
+        fields = {key: value[index] for key, value in self.data.items()}
+        return Transitions(**fields, discount=GAMMA * (1.0 - fields["terminated"]))
 
 
 def worst_case(batch):
@@ -107,7 +108,8 @@ def worst_case(batch):
     reward, terminated = batch.reward.clone(), batch.terminated.clone()
     reward[:2] = torch.tensor([-REWARD_CLIP, REWARD_CLIP])
     terminated[:2] = 0.0
-    return batch._replace(reward=reward, terminated=terminated)
+    return batch._replace(reward=reward, terminated=terminated,
+                          discount=GAMMA * (1.0 - terminated))
 
 
 def authors_loss(agent, target, batch, choose_action):

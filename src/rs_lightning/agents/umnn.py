@@ -182,13 +182,13 @@ def integral_table(values: Tensor, lattice: Lattice, rule: str) -> IntegralTable
     """
     step = lattice.step
     pair_sums = values[..., 1:] + values[..., :-1]
-    if rule == "trapezoid":
-        increment = (0.5 * step) * pair_sums
-    else:
+    increment = (0.5 * step) * pair_sums
+    if rule != "trapezoid":
         middle = values[..., 1::2]
         denominator = (pair_sums[..., 0::2] + pair_sums[..., 1::2]).clamp_min(1e-20)
         factor = (2.0 / 3.0) * (1.0 + 2.0 * middle / denominator)  # Simpson / trapezoid
-        increment = (0.5 * step) * pair_sums * factor.repeat_interleave(2, dim=-1)
+        # Both intervals of a pair take their pair's factor (a view, not a repeated copy).
+        increment = (increment.unflatten(-1, (-1, 2)) * factor.unsqueeze(-1)).flatten(-2)
     origin = lattice.origin
     above = increment[..., origin:].cumsum(-1)
     below = increment[..., :origin].flip(-1).cumsum(-1).flip(-1).neg()
@@ -216,7 +216,7 @@ def interpolate_integral(table: IntegralTable, z: Tensor, derivative: bool = Fal
     inside = position.clamp(0.0, lattice.size - 1)
     index = inside.floor().clamp_(max=lattice.size - 2)
     t = inside - index
-    leading = torch.broadcast_shapes(table.integral.shape[:-1], z.shape[:-1])
+    leading = _broadcast_leading(table.integral.shape[:-1], z.shape[:-1])
     index = index.long().expand(*leading, -1)
 
     def at(tensor: Tensor) -> Tensor:
@@ -225,12 +225,27 @@ def interpolate_integral(table: IntegralTable, z: Tensor, derivative: bool = Fal
     increment, lean = at(table.increment), at(table.lean)
     share = (t * torch.addcmul(t, lean, 1.0 - t)).clamp_(max=1.0)
     integral = torch.addcmul(at(table.integral), increment, share)
+    beyond = None if derivative else position - inside
+    # Returns on the lattice (a covering lattice's every query) need no edge continuation:
+    # adding 0 x the edge slope changes no bit.
+    if beyond is not None and not bool(beyond.any()):
+        return integral
     # d integral / d position = increment * share'(t), share'(t) = lean + 2 t (1 - lean)
     edge_slope = increment * torch.addcmul(lean, t, 1.0 - lean, value=2.0)
-    integral = torch.addcmul(integral, position - inside, edge_slope)
+    integral = torch.addcmul(integral, position - inside if beyond is None else beyond, edge_slope)
     if derivative:
         return integral, edge_slope / lattice.step
     return integral
+
+
+def _broadcast_leading(a: torch.Size, b: torch.Size) -> torch.Size:
+    """``torch.broadcast_shapes(a, b)`` without its Python reference implementation's cost
+    in the common cases (equal shapes, or one of them all ones)."""
+    if a == b or all(n == 1 for n in b) and len(b) <= len(a):
+        return a
+    if all(n == 1 for n in a) and len(a) <= len(b):
+        return b
+    return torch.broadcast_shapes(a, b)
 
 
 def clenshaw_curtis(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +314,7 @@ class MonotoneNetwork(nn.Module):
         hidden = hidden.flatten(-3, -2)  # [(M,) U * K, H1]; in-place ReLUs spare a copy per layer
         for layer in hidden_layers:
             hidden = linear(hidden, layer.weight, layer.bias).relu_()
-        values = F.elu(linear(hidden, last.weight, last.bias)) + 1.0  # [(M,) U * K, A]
+        values = F.elu(linear(hidden, last.weight, last.bias)).add_(1.0)  # [(M,) U * K, A]
         values = values.view(*embedding.shape[:-1], nodes.shape[0], -1).transpose(-1, -2)
         return _full_precision(values.contiguous())  # [(M,) U, A, K]
 

@@ -106,16 +106,17 @@ def from_cdf(grid: Tensor, cdf: Tensor) -> ReturnDistribution:
     Returns ``K + 1`` atoms: ``grid[0]`` with mass ``F(grid[0])``, the midpoint of each interval
     with the CDF's increase over it, and ``grid[-1]`` with the mass above it.
     """
-    grid, cdf = torch.broadcast_tensors(grid, cdf)
-    cdf = cdf.clamp(0.0, 1.0)
-    # A learnt CDF is monotone by construction for UMDQN; cummax guards other sources.
-    cdf = cdf.cummax(-1).values
+    # A learnt CDF is monotone by construction for UMDQN (up to rounding); cummax guards
+    # other sources.
+    cdf = cdf.clamp(0.0, 1.0).cummax(-1).values
+    # The atoms of a shared grid once, then copied to every row (not added row by row).
     mids = 0.5 * (grid[..., 1:] + grid[..., :-1])
     values = torch.cat([grid[..., :1], mids, grid[..., -1:]], dim=-1)
     probs = torch.cat(
         [cdf[..., :1], cdf[..., 1:] - cdf[..., :-1], 1.0 - cdf[..., -1:]], dim=-1
     )
-    return ReturnDistribution(values, probs)
+    shape = torch.broadcast_shapes(values.shape, probs.shape)
+    return ReturnDistribution(values.expand(shape).contiguous(), probs.expand(shape).contiguous())
 
 
 def dirac(values: Tensor) -> ReturnDistribution:
