@@ -55,6 +55,7 @@ from rs_lightning.analysis.plots import (
 )
 from rs_lightning.analysis.results import (
     TABLE_KINDS,
+    TABLE_TITLES,
     collect,
     label_columns,
     no_runs_message,
@@ -276,7 +277,8 @@ def render_html(report: SweepReport) -> str:
     for kind in TABLE_KINDS:
         rows = table_rows(report.table, kind)
         if rows:
-            parts += [_html_table(table_columns(report.table, kind), rows, labels),
+            parts += [f"<h3>{html.escape(TABLE_TITLES[kind])}</h3>",
+                      _html_table(table_columns(report.table, kind), rows, labels),
                       f"<p class='note'>{html.escape(notes[kind])}</p>"]
     parts += [f"<p class='note'><b>Warning</b>: {html.escape(warning)}.</p>"
               for warning in table_warnings(report.table)]

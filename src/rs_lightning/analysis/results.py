@@ -438,6 +438,10 @@ def label_columns(table: list[dict[str, Any]]) -> list[str]:
 
 
 TABLE_KINDS = ("mean", "iqm", "exact")
+# What each table is, as a page's heading over it.
+TABLE_TITLES = {"mean": "Monte Carlo evaluation: mean ± standard deviation over seeds",
+                "iqm": "Monte Carlo evaluation: interquartile mean and its interval",
+                "exact": "The greedy policies, computed exactly"}
 
 
 def table_columns(table: list[dict[str, Any]], kind: str = "mean") -> list[str]:
