@@ -12,6 +12,7 @@ import rs_lightning.envs  # noqa: F401  (registers the rs_lightning/ ids)
 from rs_lightning.envs.action_names import action_names
 from rs_lightning.envs.factory import env_problem
 from rs_lightning.errors import ConfigError
+from tests.gym_test_envs import Unbounded
 
 MOVES = {"right": (1, 0), "left": (-1, 0), "up": (0, 1), "down": (0, -1)}
 
@@ -80,17 +81,12 @@ def test_continuous_and_unnamed_worlds_keep_numbers():
     assert action_names(gym.make("rs_lightning/RiskyNavigation-v0")) is None
 
 
-class _Misnamed(gym.Env):
+class _Misnamed(Unbounded):
+    """Three actions and two names."""
+
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Discrete(3)
     action_names = ("stay", "go")
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        return np.zeros(2, np.float32), 0.0, True, False, {}
 
 
 def test_names_reach_the_problem_and_a_misnamed_world_is_refused(compose):
