@@ -80,6 +80,14 @@ def test_step_4_records_that_older_runs_logged_no_episode_video():
                           )["logger"]["video"] is True
 
 
+def test_step_4_records_that_older_runs_stepped_their_worlds_through_gymnasium():
+    old = recorded(FORMAT_2)
+    assert "backend" not in old["env"]
+    assert migrate_config(old)["env"]["backend"] == "gymnasium"
+    assert migrate_config({**old, FORMAT_KEY: 5, "env": {**old["env"], "backend": "torch"}}
+                          )["env"]["backend"] == "torch"
+
+
 def test_the_sweeper_target_once_called_objective_moves_to_search_objective():
     old = recorded(FORMAT_1)
     old["objective"] = {"metric": "cvar", "evaluation": "best"}

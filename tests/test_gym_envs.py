@@ -47,7 +47,7 @@ PRESETS = ("cartpole", "cliff_walking", "frozen_lake", "lunar_lander")
 def env_section(**fields) -> EnvSection:
     base = dict(id="CartPole-v1", kwargs={}, gamma=0.99, reward_clip=None, return_min=0.0,
                 return_max=1.0, reward_scale=1.0, max_episode_steps=None,
-                observation_normalization="none", num_envs=1)
+                observation_normalization="none", num_envs=1, backend="gymnasium")
     return EnvSection(**{**base, **fields})
 
 

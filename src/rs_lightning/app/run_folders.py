@@ -41,6 +41,7 @@ from rs_lightning.engine.checkpoints import (
     read_checkpoint,
 )
 from rs_lightning.engine.resources import check_resources
+from rs_lightning.envs.device_worlds import check_backend
 from rs_lightning.envs.factory import check_training_env, env_problem
 from rs_lightning.errors import ConfigError
 from rs_lightning.types import Problem
@@ -337,6 +338,7 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None,
     # The environment can be made, with spaces we support (and its problem fits a checkpoint).
     problem = env_problem(run_config.train.env)
     check_training_env(run_config.train.env)
+    check_backend(run_config.train.env)  # env.backend=torch steps this world
     run_config.agent_problem(problem)  # its observations suit the network (network=cnn: images)
     check_resources(run_config, problem)  # before anything of that size is allocated
     if run_config.train.logger.backend == "wandb":

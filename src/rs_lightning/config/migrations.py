@@ -16,7 +16,8 @@ Formats:
    ``plugins``, ``learning.target_update_rate`` or DSAC's ``agent.actor_law``.
 3. ``format_version: 3``, recorded.
 4. ``trainer.checkpoint_every_minutes`` (checkpoints on a wall-clock period; none before).
-5. ``logger.video`` (the final evaluation's episode video in W&B; none before).
+5. ``logger.video`` (the final evaluation's episode video in W&B; none before);
+   ``env.backend`` (gymnasium: the only one before).
 
 A file without a recorded format is read as format 1: the steps add only keys that are
 absent and rename only names that are present, so a file written by 0.2 passes step 1
@@ -105,6 +106,7 @@ def _config_3_to_4(config: dict) -> None:
 
 def _config_4_to_5(config: dict) -> None:
     _fill(config.setdefault("logger", {}), {"video": False})
+    _fill(config.setdefault("env", {}), {"backend": "gymnasium"})
 
 
 # ----------------------------------------------------------------- checkpoints

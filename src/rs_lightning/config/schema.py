@@ -22,6 +22,7 @@ from rs_lightning.agents import AGENTS, AgentConfig
 from rs_lightning.agents.networks import NetworkConfig
 from rs_lightning.config.derived_defaults import register_resolvers
 from rs_lightning.config.plugins import import_plugins
+from rs_lightning.envs.device_worlds import ENV_BACKENDS
 from rs_lightning.envs.gym_support import OBSERVATION_NORMALIZATIONS
 from rs_lightning.errors import ConfigError
 from rs_lightning.objectives import OBJECTIVES, Objective
@@ -93,6 +94,7 @@ class EnvSection:
     max_episode_steps: Optional[int] = MISSING  # time limit (truncation); null: the env's own
     observation_normalization: str = MISSING  # none | bounds (finite Box bounds onto [-1, 1])
     num_envs: int = MISSING  # environment copies stepped together for collection (SyncVectorEnv)
+    backend: str = MISSING  # gymnasium | torch: the package's worlds as tensors on the device
 
     def check(self) -> None:
         _require(0.0 <= self.gamma < 1.0, "env.gamma", "in [0, 1)", self.gamma)
@@ -104,6 +106,7 @@ class EnvSection:
         _one_of("env.observation_normalization", self.observation_normalization,
                 OBSERVATION_NORMALIZATIONS)
         _require(self.num_envs >= 1, "env.num_envs", "a positive integer", self.num_envs)
+        _one_of("env.backend", self.backend, ENV_BACKENDS)
         _at_most("env.num_envs", self.num_envs, MAX_NUM_ENVS,
                  "copies stepped one after the other in this process")
         if self.reward_clip is not None:

@@ -245,8 +245,12 @@ class ExperienceDataModule(pl.LightningDataModule):
         if self.collector is not None:  # called by the user before fit, then by Lightning
             return
         n = self.copies_per_member
+        # The networks' device (env.backend=torch keeps the copies there): the trainer's
+        # before fit has moved the members, the members' when set up by hand.
+        device = self.trainer.strategy.root_device if self.trainer is not None \
+            else self.policy.device
         copies = make_copies(training_env(self.env_config), copy_seeds(self.seeds, n),
-                             groups=len(self.seeds))
+                             groups=len(self.seeds), device=device)
         state = self.objective.episode_state(self.seeds, n, self.problem.gamma)
         rollout = Rollout(copies, state, len(self.seeds), n,
                           getattr(self.env_config, "reward_scale", 1.0),

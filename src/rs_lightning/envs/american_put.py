@@ -96,8 +96,11 @@ class AmericanPut(PublishedModelEnv):
                 for probability, rise in ((self.up_probability, 1),
                                           (1.0 - self.up_probability, 0))]
 
-    def risk_outcome(self, total: float) -> float:
-        return 1.0 if total > 0 else -1.0
+    @staticmethod
+    def risk_outcome(total):
+        """+1 when the put paid something, -1 when nothing; ``total`` a number or a tensor
+        of them (the device copies')."""
+        return (total > 0) * 2.0 - 1.0
 
 
 __all__ = ["EXERCISE", "HOLD", "AmericanPut"]

@@ -108,9 +108,14 @@ class SlipperyCliffWalking(CliffWalkingEnv):
         self.lastaction = action
         if self.render_mode == "human":
             self.render()
-        info = {"prob": probability,
-                "risk_outcome": -1.0 if self._fell else (1.0 if terminated else 0.0)}
+        info = {"prob": probability, "risk_outcome": self.risk_outcome(self._fell, terminated)}
         return int(state), float(reward), terminated, False, info
+
+    @staticmethod
+    def risk_outcome(fell: bool, terminated: bool) -> float:
+        """R_s after a step: -1 once the walker has fallen in the episode, +1 on reaching
+        the goal without a fall, 0 otherwise."""
+        return -1.0 if fell else (1.0 if terminated else 0.0)
 
 
 # ----------------------------------------------------------------------- exact analysis

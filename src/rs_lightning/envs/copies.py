@@ -38,7 +38,9 @@ from gymnasium.vector import AutoresetMode
 from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.plain_state import UncapturableState, capture_state, restore_state
 from rs_lightning.errors import ConfigError, EnvironmentFault
-from rs_lightning.envs.grid_world_copies import CopiesStep, GridWorldCopies, unwrapped_grid_world
+from rs_lightning.envs.grid_world_copies import (CopiesStep, GridWorldCopies, refuse_device_state,
+                                                 unwrapped_grid_world)
+from rs_lightning.envs.device_worlds import device_copies
 
 
 class EnvCopies(Protocol):
@@ -225,6 +227,7 @@ class GymCopies:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
+        refuse_device_state(state)
         if "envs" not in state and "uncapturable" not in state:
             raise ConfigError("ckpt_path", "the checkpoint's environment state is in a form this "
                               "version does not load (earlier versions pickled it); start afresh")
@@ -253,11 +256,18 @@ class GymCopies:
         return False
 
 
-def make_copies(env_config, seeds: list[int], groups: int = 1) -> EnvCopies:
+def make_copies(env_config, seeds: list[int], groups: int = 1,
+                device: torch.device | str = "cpu") -> EnvCopies:
     """``len(seeds)`` copies of the configured environment, copy j reset with ``seeds[j]``
-    (in ``groups`` equal groups): grid worlds as tensors, anything else through gymnasium's
-    vector API."""
+    (in ``groups`` equal groups): with ``env.backend: torch`` the package's worlds as
+    tensors on ``device`` (:mod:`rs_lightning.envs.device_worlds`); else grid worlds as
+    NumPy tables, anything else through gymnasium's vector API."""
     first = make_env(env_config)
+    if getattr(env_config, "backend", "gymnasium") == "torch":
+        try:
+            return device_copies(first, seeds, device)
+        finally:
+            first.close()
     if unwrapped_grid_world(first) is not None:
         envs = [first] + [make_env(env_config) for _ in seeds[1:]]
         for env, seed in zip(envs, seeds):

@@ -37,8 +37,10 @@ class PublishedModelEnv(gym.Env):
         self.s = start
         self._total = 0.0
 
-    def risk_outcome(self, total: float) -> float:
-        """``info["risk_outcome"]`` on an episode's last step, from its total reward."""
+    def risk_outcome(self, total):
+        """``info["risk_outcome"]`` on an episode's last step, from its total reward: a
+        number, or a tensor of totals (the device copies, :mod:`rs_lightning.envs.
+        device_worlds`, apply the same rule), so arithmetic rather than ``if``."""
         raise NotImplementedError
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rs_lightning.errors import ConfigError
 from rs_lightning.envs.grid_worlds import CELLS, GRID_SIZE, REWARD_STD, START, GridWorld
 
 
@@ -42,6 +43,14 @@ _FEW = 16
 
 def _cell_index(cell) -> int:
     return int(cell[0]) * GRID_SIZE + int(cell[1])
+
+
+def refuse_device_state(state: dict) -> None:
+    """ConfigError naming ``env.backend`` for a checkpoint of copies that stepped on a device
+    (:mod:`rs_lightning.envs.device_worlds`), which gymnasium's copies cannot continue."""
+    if state.get("backend") == "torch":
+        raise ConfigError("env.backend", "the checkpoint's environment copies stepped with "
+                          "torch; resume with the run's own env.backend")
 
 
 def unwrapped_grid_world(env: gym.Env) -> Optional[GridWorld]:
@@ -209,6 +218,7 @@ class GridWorldCopies:
         }
 
     def load_state_dict(self, state: dict) -> bool:
+        refuse_device_state(state)
         if len(state["generators"]) != len(self.worlds):
             raise ValueError(f"the checkpoint holds {len(state['generators'])} environment "
                              f"copies, this run {len(self.worlds)}")

@@ -43,6 +43,10 @@ import numpy as np
 from rs_lightning.envs.finite_horizon import PublishedModelEnv
 
 
+# A total within this of zero is even: sums of lattice prices carry float round-off.
+_EVEN = 5e-10
+
+
 def lattice_offsets(levels: int, tick: float) -> np.ndarray:
     """x - mu of each of the lattice's ``levels`` prices, ``tick`` apart around the mean."""
     return tick * (np.arange(levels) - (levels - 1) / 2)
@@ -139,8 +143,11 @@ class Trading(PublishedModelEnv):
                  float(new * (self.offsets[j] - self.offsets[level]) - fee), last)
                 for j, p in enumerate(self.price_transitions[level]) if p > 0]
 
-    def risk_outcome(self, total: float) -> float:
-        return float(np.sign(round(total, 9)))
+    @staticmethod
+    def risk_outcome(total):
+        """+1 for a profit, -1 for a loss, 0 for even (within the round-off of summed
+        prices, 5e-10); ``total`` a number or a tensor of them (the device copies')."""
+        return (total > _EVEN) * 1.0 - (total < -_EVEN) * 1.0
 
 
 __all__ = ["Trading", "lattice_offsets", "ou_lattice_transitions", "position_name"]
