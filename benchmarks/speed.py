@@ -14,7 +14,8 @@ the difference in steps, so start-up costs cancel. Cases:
 - ``lean_dqn``: the same DQN as lean as it gets (the bare environment class without
   gymnasium's wrappers, a NumPy ring buffer);
 - ``cli_dqn``: ``python train.py agent=dqn`` as a user runs it (W&B offline, checkpoints),
-  the slope of its wall time between 300 and 1,500 updates;
+  the slope of its wall time between 300 and 1,500 updates; ``cli_<agent>`` the same for
+  another discrete agent (``cli_rs_umdqn_c``: the paper's agent against ``cli_dqn``);
 - ``lightning_<agent>``: this project's Trainer + LightningModule + env datamodule;
 - ``stacked8_<agent>``: ``parallel_seeds=8``, eight seeds side by side in one process (one
   step = one step of each of the 8 seeds); its throughput is compared with 8 sequential runs,
@@ -37,8 +38,8 @@ The actor-critics (continuous actions) run on the risky navigation world with it
 settings (``experiment=risky_navigation``), so their steps are not compared with DQN's;
 ``stacked8_tqc`` gives their members' throughput against sequential runs.
 
-Targets (issues 3, 4, 6, 7 and 18): Lightning DQN <= 1.3x plain DQN; the command line's DQN
-<= 1.5x the lean loop; RS-UMDQN-C <= 6x Lightning DQN; C51, QR-DQN and IQN <= 3x Lightning
+Targets (issues 3, 4, 6, 7, 18 and 54): Lightning DQN <= 1.2x plain DQN; the command line's DQN
+<= 1.5x the lean loop; RS-UMDQN-C <= 6x Lightning DQN and <= 5x DQN from the command line; C51, QR-DQN and IQN <= 3x Lightning
 DQN; peak memory of an RS-UMDQN-C run under 1 GB; 8 members of DQN >= 3.5x the throughput of 8
 sequential runs (issue 31).
 """
@@ -62,8 +63,9 @@ CLI_STEPS = (300, 1500)  # the command-line case: before the first periodic eval
 MEMBERS = 8  # seeds side by side in the parallel_seeds cases
 EPSILON = 0.05
 TARGETS = {
-    ("lightning_dqn", "plain_dqn"): 1.3,
+    ("lightning_dqn", "plain_dqn"): 1.2,
     ("cli_dqn", "lean_dqn"): 1.5,
+    ("cli_rs_umdqn_c", "cli_dqn"): 5.0,
     ("lightning_rs_umdqn_c", "lightning_dqn"): 6.0,
     ("lightning_c51", "lightning_dqn"): 3.0,
     ("lightning_qr_dqn", "lightning_dqn"): 3.0,
@@ -165,14 +167,14 @@ def _act(q, obs, rng) -> int:
         return int(q(torch.as_tensor(obs).unsqueeze(0)).argmax(-1)[0])
 
 
-def time_cli_dqn(steps: int, threads: int) -> dict:
-    """Wall seconds of the command a user types, ``python train.py agent=dqn`` (W&B offline,
-    checkpoints, the final evaluation), with ``trainer.max_steps=steps``: the slope between
-    two budgets is what one more update costs from the command line."""
+def time_cli(agent: str, steps: int, threads: int) -> dict:
+    """Wall seconds of the command a user types, ``python train.py agent=<agent>`` (W&B
+    offline, checkpoints, the final evaluation), with ``trainer.max_steps=steps``: the slope
+    between two budgets is what one more update costs from the command line."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        command = [sys.executable, str(ROOT / "train.py"), "agent=dqn",
+        command = [sys.executable, str(ROOT / "train.py"), f"agent={agent}",
                    f"trainer.max_steps={steps}", f"hardware.torch_threads={threads}",
                    "callbacks.progress_bar=false", f"hydra.run.dir={folder}/run"]
         start = time.perf_counter()
@@ -326,8 +328,8 @@ def worker(case: str, steps: int, threads: int) -> None:
         result = time_hand_written_dqn(steps, threads, lean=False)
     elif case == "lean_dqn":
         result = time_hand_written_dqn(steps, threads, lean=True)
-    elif case == "cli_dqn":
-        result = time_cli_dqn(steps, threads)
+    elif case.startswith("cli_"):
+        result = time_cli(case.removeprefix("cli_"), steps, threads)
     elif case.startswith("compiled_"):
         result = time_lightning(case.removeprefix("compiled_"), steps, threads, compiled=True)
     elif case.startswith(f"stacked{MEMBERS}_"):
@@ -394,7 +396,7 @@ def available_cases() -> list[str]:
     # The discrete agents on the grid world, the actor-critics on CONTINUOUS_WORLD.
     discrete = sorted(name for name in AGENTS if not _continuous(name))
     continuous = sorted(set(AGENTS) - set(discrete))
-    return (["plain_dqn", "lean_dqn", "cli_dqn"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
+    return (["plain_dqn", "lean_dqn", "cli_dqn", "cli_rs_umdqn_c"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
             + [f"lightning_{name}" for name in continuous]
             + ["compiled_dqn"] + stacked + ["flops"])
 
@@ -428,7 +430,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {case: [] for case in cases}
     for round_ in range(args.repeats):
         for case in cases:
-            low, high = CLI_STEPS if case == "cli_dqn" else (SHORT, LONG)
+            low, high = CLI_STEPS if case.startswith("cli_") else (SHORT, LONG)
             long = measure_case(case, high, args.threads, args.baseline)
             if long.get("steady") is not None:
                 samples[case].append(long["steady"] / (high - low))
