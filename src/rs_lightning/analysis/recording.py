@@ -20,9 +20,12 @@ VIDEO_SUFFIXES = (".gif", ".mp4")
 
 
 def headless_rendering() -> None:
-    """Without a display, MuJoCo draws through EGL (headless OpenGL) unless told otherwise."""
+    """Without a display, MuJoCo draws through EGL (headless OpenGL) and pygame (classic
+    control, Box2D) on SDL's off-screen driver, which draws the same pictures without
+    looking for a display (and saying so on stderr), unless told otherwise."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
 def env_metadata(env_id: str) -> dict:
