@@ -201,8 +201,50 @@ def run_phases(cfg: DictConfig, run_dir: Path | None = None,
         return _run_locked(cfg, run_dir, *checked, on_signal)
 
 
+@dataclasses.dataclass
+class RunFolder:
+    """Where a run writes: the run folder and each member's (the run folder itself for one
+    seed, ``seed_<s>/`` for each of several), with each member's config as the single-seed
+    run it is."""
+
+    run_dir: Path
+    seeds: list[int]
+    folders: list[Path]
+    configs: list[DictConfig]  # each member's composed config (its config.yaml)
+    run_configs: list[ValidatedConfig]  # each member's validated config
+
+    @property
+    def single(self) -> bool:
+        return len(self.seeds) == 1
+
+
 def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, start_step: int,
                 on_signal: StopOnSignal | None) -> dict[str, Any]:
+    """The run's steps, in order: its folder, the objects it trains, the fit, the outputs."""
+    folder = prepare_folder(cfg, run_dir, run_config, start_step)
+    loggers: list[list] = []
+    try:
+        loggers = open_loggers(folder, run_config.train, start_step)
+        datamodule, module = build(run_config, loggers)
+        trainer, periodic = make_run_trainer(run_config.train, folder)
+        fit(trainer, module, datamodule, run_config.train, folder, on_signal)
+        _report_early_end(run_config.train, periodic, trainer.global_step, module.clock.seconds())
+        summaries = write_outputs(folder, trainer, module, datamodule, loggers)
+    except BaseException:
+        for member_loggers in loggers:
+            close_loggers(member_loggers, failed=True)
+        raise
+    for member_loggers in loggers:
+        close_loggers(member_loggers, failed=False)
+    return finish(folder, run_config, module, summaries)
+
+
+def prepare_folder(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig,
+                   start_step: int) -> RunFolder:
+    """The run folder made ready: stale temporary files removed, the global generators
+    seeded, ``config.yaml`` and a line of ``attempts.jsonl`` written, each member's folder
+    and config, and the evaluations an interrupted attempt made after its checkpoint
+    dropped (they are made again)."""
     train = run_config.train
     run_dir.mkdir(parents=True, exist_ok=True)
     # Temporary files of writes a kill interrupted (one job writes into a folder at a time).
@@ -231,75 +273,101 @@ def _run_locked(cfg: DictConfig, run_dir: Path, run_config: ValidatedConfig, sta
             write_text_atomic(folder / "config.yaml", run_config_yaml(member_cfg))
         # Evaluations an interrupted attempt made after its checkpoint are made again.
         truncate_jsonl(folder / "eval_history.jsonl", lambda r: r.get("step", 0) <= start_step)
-    member_run_configs = [run_config] if single else [member_run_config(run_config, seed) for seed in seeds]
+    run_configs = ([run_config] if single
+                   else [member_run_config(run_config, seed) for seed in seeds])
+    return RunFolder(run_dir, seeds, folders, configs, run_configs)
 
-    loggers: list[list] = []
+
+def open_loggers(folder: RunFolder, train, start_step: int) -> list[list]:
+    """Each member's loggers, in its own folder (those opened are closed if one fails)."""
+    opened: list[list] = []
     try:
-        for member, folder, member_cfg in zip(member_run_configs, folders, configs):
-            loggers.append(make_loggers(member, folder, OmegaConf.to_container(member_cfg, resolve=True),
-                                        ckpt_path=train.ckpt_path, resume_step=start_step))
-        datamodule, module = build(run_config, loggers)
-        checkpoint_dir = run_dir / "checkpoints"
-        callbacks = checkpoint_callbacks(train, checkpoint_dir)
-        periodic = PeriodicEvaluation(
-            train.env, train.rho, train.evaluation.every_n_steps,
-            train.evaluation.episodes_during_training, seeds, train.evaluation.batch_envs,
-            [folder / "eval_history.jsonl" for folder in folders], train.trainer.stop_at_return,
-        )
-        callbacks.append(periodic)
-        callbacks.append(RewardOutsideSupport(train.env.return_min, train.env.return_max))
-        if train.callbacks.progress_bar:
-            callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
-        trainer = make_trainer(train, run_dir, callbacks)
-        if on_signal is not None:
-            on_signal.fitting = True
-        try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path,
-                        weights_only=True)
-        finally:
-            if on_signal is not None:
-                on_signal.fitting = False
-        trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
-        if trainer.received_sigterm:  # came after the last update's check: stop here
-            raise SIGTERMException()
-        steps, env_steps = trainer.global_step, datamodule.env_steps
-        _report_early_end(train, periodic, steps, module.clock.seconds())
-        if not single:
-            saved = torch.load(checkpoint_dir / "last.ckpt", map_location="cpu", weights_only=True)
-        summaries = []
-        for k, (member, folder) in enumerate(zip(member_run_configs, folders)):
-            if not single:
-                (folder / "checkpoints").mkdir(exist_ok=True)
-                save_checkpoint_file(member_checkpoint(saved, module, datamodule, k),
-                                     folder / "checkpoints" / "last.ckpt")
-            summaries.append(write_member_outputs(module.member(k), member, folder, loggers[k],
-                                                  steps, env_steps, module.skipped_updates))
+        for member, path, member_cfg in zip(folder.run_configs, folder.folders, folder.configs):
+            opened.append(make_loggers(member, path, OmegaConf.to_container(member_cfg, resolve=True),
+                                       ckpt_path=train.ckpt_path, resume_step=start_step))
     except BaseException:
-        for member_loggers in loggers:
+        for member_loggers in opened:
             close_loggers(member_loggers, failed=True)
         raise
-    for member_loggers in loggers:
-        close_loggers(member_loggers, failed=False)
+    return opened
+
+
+def make_run_trainer(train, folder: RunFolder) -> tuple[pl.Trainer, PeriodicEvaluation]:
+    """The Trainer with the run's callbacks: checkpoints, the periodic evaluations (returned
+    too: the run reports why it stopped early), the reward-support check and progress."""
+    callbacks = checkpoint_callbacks(train, folder.run_dir / "checkpoints")
+    periodic = PeriodicEvaluation(
+        train.env, train.rho, train.evaluation.every_n_steps,
+        train.evaluation.episodes_during_training, folder.seeds, train.evaluation.batch_envs,
+        [path / "eval_history.jsonl" for path in folder.folders], train.trainer.stop_at_return,
+    )
+    callbacks.append(periodic)
+    callbacks.append(RewardOutsideSupport(train.env.return_min, train.env.return_max))
+    if train.callbacks.progress_bar:
+        callbacks.append(TrainingProgress(train.callbacks.progress_refresh_seconds))
+    return make_trainer(train, folder.run_dir, callbacks), periodic
+
+
+def fit(trainer: pl.Trainer, module, datamodule, train, folder: RunFolder,
+        on_signal: StopOnSignal | None) -> None:
+    """Train from the checkpoint ``ckpt_path`` names (or from scratch), then save
+    ``checkpoints/last.ckpt``; a SIGTERM (or SIGINT) stops it at the end of an update, saved."""
+    if on_signal is not None:
+        on_signal.fitting = True
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=train.ckpt_path, weights_only=True)
+    finally:
+        if on_signal is not None:
+            on_signal.fitting = False
+    trainer.save_checkpoint(folder.run_dir / "checkpoints" / "last.ckpt")
+    if trainer.received_sigterm:  # came after the last update's check: stop here
+        raise SIGTERMException()
+
+
+def write_outputs(folder: RunFolder, trainer: pl.Trainer, module, datamodule,
+                  loggers: list[list]) -> list[dict[str, Any]]:
+    """Each member's outputs (the final evaluation, ``eval.json`` last) into its folder,
+    with, for several seeds, the checkpoint of the single-seed run it is; their summaries."""
+    steps, env_steps = trainer.global_step, datamodule.env_steps
+    last = folder.run_dir / "checkpoints" / "last.ckpt"
+    saved = None if folder.single else torch.load(last, map_location="cpu", weights_only=True)
+    summaries = []
+    for k, (member, path) in enumerate(zip(folder.run_configs, folder.folders)):
+        if saved is not None:
+            (path / "checkpoints").mkdir(exist_ok=True)
+            save_checkpoint_file(member_checkpoint(saved, module, datamodule, k),
+                                 path / "checkpoints" / "last.ckpt")
+        summaries.append(write_member_outputs(module.member(k), member, path, loggers[k],
+                                              steps, env_steps, module.skipped_updates))
+    return summaries
+
+
+def finish(folder: RunFolder, run_config: ValidatedConfig, module,
+           summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Say what was skipped and what each seed's final evaluation found; for several
+    seeds write ``members.json`` (last: it marks the run finished). Returns the summary."""
+    train = run_config.train
     if module.skipped_updates:
         print(f"[rs_lightning] {module.skipped_updates} updates with a non-finite loss or "
               "gradient were skipped (learning.on_non_finite=skip)", file=sys.stderr)
     # The final evaluation, once per seed (eval.json keeps every figure and digit).
-    for seed, summary, folder in zip(seeds, summaries, folders):
+    for seed, summary, path in zip(folder.seeds, summaries, folder.folders):
         print(
             f"[rs_lightning] final evaluation of {run_config.agent.name} on {train.env.id}"
-            + ("" if single else f" seed {seed}") + f", {summary['episodes']} episodes: "
+            + ("" if folder.single else f" seed {seed}") + f", {summary['episodes']} episodes: "
             f"E={summary['expectation']:.3f} VaR={summary['var']:.3f} "
             f"CVaR={summary['cvar']:.3f}"
             + ("" if run_config.utility.risk in ("var", "cvar") or "risk_value" not in summary
                else f" R[{run_config.utility.risk}]={summary['risk_value']:.3f}")
             + f" U={summary['utility']:.3f}"
             + (f" R_s={summary['risk_outcome']:.3f}" if "risk_outcome" in summary else "")
-            + f"  -> {folder}",
+            + f"  -> {path}",
             file=sys.stderr,
         )
-    if single:
+    if folder.single:
         return summaries[0]
-    result = {"seeds": seeds, "members": {str(seed): s for seed, s in zip(seeds, summaries)}}
+    result = {"seeds": folder.seeds,
+              "members": {str(seed): s for seed, s in zip(folder.seeds, summaries)}}
     # Last: a complete members.json marks a several-seed run finished (rs_lightning.app.jobs).
-    write_json_atomic(run_dir / "members.json", result)
+    write_json_atomic(folder.run_dir / "members.json", result)
     return result

@@ -176,7 +176,8 @@ class BehaviourPolicy:
 
     @property
     def device(self) -> torch.device:
-        return next(self.members.parameters()).device
+        # The members' listed parameters stay the same objects when the module moves.
+        return self.members.parameter_list()[0].device
 
     @torch.no_grad()
     def network(self, obs: Tensor) -> ReturnDistribution:
