@@ -28,6 +28,9 @@ class RiskyChoice(gym.Env):
     return laws and utilities of a trained policy on it.
     """
 
+    # SURE, RISKY by name: what the Python API and the figures show for the actions.
+    action_names = ("sure", "risky")
+
     def __init__(self, sure: float = 0.3, win: float = 1.0, loss: float = -3.0,
                  loss_probability: float = 0.1) -> None:
         if not 0.0 <= loss_probability <= 1.0:
