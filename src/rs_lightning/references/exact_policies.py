@@ -35,6 +35,7 @@ import torch
 from rs_lightning.envs.grid_worlds import (
     ACTION_NAMES,
     CELLS,
+    REWARD_STD,
     RIGHT,
     START,
     Cell,
@@ -46,6 +47,7 @@ from rs_lightning.references.exact import (
     _resolve_env,
     exact_return,
 )
+from rs_lightning.references.entropic import EntropicOptimum, entropic_programme
 from rs_lightning.references.policy_iteration import (
     CYCLE,
     MAX_ITERATIONS,
@@ -101,6 +103,11 @@ def mixture_risk(mixture: GaussianMixture, utility: Utility) -> float:
         return sum(w * mixture.risk(rho, "cvar") for rho, w in zip(levels, weights))
     if utility.risk in CLOSED_FORM_RISKS:
         return mixture.risk(utility.params["rho"], utility.risk)
+    if utility.risk == "entropic":  # -1/beta log sum_i w_i exp(-beta mu_i + beta^2 sigma_i^2 / 2)
+        beta = float(utility.params["beta"])
+        terms = np.log(mixture.weights) - beta * mixture.means + 0.5 * (beta * mixture.stds) ** 2
+        top = terms.max()
+        return float(-(top + np.log(np.exp(terms - top).sum())) / beta)
     return float(utility.risk_value(mixture_as_distribution(mixture)))
 
 
@@ -475,6 +482,51 @@ def static_optimum(
     law = exact_return(_model(model_key), policy, gamma=gamma)
     report = episode_report(law, utility, rho)
     return StaticOptimum(policy, report.path, report, len(table.keys))
+
+
+@functools.lru_cache(maxsize=None)
+def _entropic_optimum(model_key: _ModelKey, beta: float, gamma: float) -> EntropicOptimum:
+    world = _model(model_key)
+    cells = list(CELLS)
+    index = {cell: i for i, cell in enumerate(cells)}
+    actions = int(world.action_space.n)
+    branches = [[world.outcomes(cell, a) for a in range(actions)] for cell in cells]
+    width = max(len(b) for row in branches for b in row)
+    shape = (len(cells), actions, width)
+    probs, next_states = np.zeros(shape), np.zeros(shape, dtype=np.int64)
+    terminal = np.ones(shape, dtype=bool)
+    components: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for s, row in enumerate(branches):
+        for a, outcomes in enumerate(row):
+            for k, out in enumerate(outcomes):
+                probs[s, a, k] = out.probability
+                next_states[s, a, k] = index[tuple(out.next_cell)]
+                terminal[s, a, k] = out.terminal
+                weights, means = zip(*out.reward_components)
+                components[s, a, k] = np.log(np.array(weights)), np.array(means)
+
+    def log_factor(t: int) -> np.ndarray:
+        # log E[exp(-beta gamma^t r)] of r ~ sum_c w_c N(mu_c, REWARD_STD^2)
+        scale = beta * gamma**t
+        out = np.zeros(shape)
+        for key, (log_w, means) in components.items():
+            terms = log_w - scale * means
+            top = terms.max()
+            out[key] = top + np.log(np.exp(terms - top).sum()) + 0.5 * (scale * REWARD_STD) ** 2
+        return out
+
+    start = np.zeros(len(cells))
+    start[index[tuple(START)]] = 1.0
+    return entropic_programme(probs, next_states, terminal, log_factor, start,
+                              world.max_steps, beta)
+
+
+def static_entropic_optimum(env: Env, beta: float, *, gamma: float) -> EntropicOptimum:
+    """max -1/beta log E[exp(-beta S)] of the episode's discounted return over every policy
+    (:mod:`~rs_lightning.references.entropic`): Markov in (cell, step), as the flag of the
+    risky grid world changes R_s only, never a reward or a move; ``policy[t, i]`` is the
+    action at step t in the i-th cell of ``CELLS``."""
+    return _entropic_optimum(_model_key(env), float(beta), float(gamma))
 
 
 def static_utility(

@@ -42,6 +42,7 @@ from rs_lightning.references.exact_policies import (
     TAIL_SIGMAS,
     mixture_as_distribution,  # noqa: F401 (re-exported: callers import it from here)
     per_decision_fixed_point,
+    static_entropic_optimum,
     static_optimum,
     static_utility,
 )
@@ -122,6 +123,9 @@ class GridWorldReferences(ExactReferences):
         return _against_references(own, self.static_references(utility))
 
     def static_references(self, utility: Utility) -> dict[str, Any]:
+        if utility.alpha == 0.0 and utility.risk == "entropic":  # over every policy
+            best = static_entropic_optimum(self.world, utility.params["beta"], gamma=self.gamma)
+            return {"static_optimum": best.utility}
         # The search over every behaviour needs R in closed form on a mixture: through a
         # fine CDF grid it takes minutes on the risky grid world.
         if utility.alpha < 1.0 and utility.risk not in CLOSED_FORM_RISKS:

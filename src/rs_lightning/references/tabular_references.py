@@ -105,6 +105,7 @@ import numpy as np
 import torch
 
 from rs_lightning.references import tabular_exact
+from rs_lightning.references.entropic import entropic_programme
 from rs_lightning.references.policy_iteration import (
     CYCLE,
     MAX_ITERATIONS,
@@ -915,7 +916,21 @@ def static_optimum(model: TabularModel, utility: Utility, gamma: float
     if utility.risk == "spectral":
         return static_spectral_optimum(model, utility.alpha, *spectrum(
             utility.params["levels"], utility.params["weights"]), gamma)
+    if utility.risk == "entropic" and utility.alpha == 0.0:
+        return static_entropic_optimum(model, float(utility.params["beta"]), gamma)
     return None
+
+
+def static_entropic_optimum(model: TabularModel, beta: float, gamma: float) -> StaticOptimum:
+    """max -1/beta log E[exp(-beta S)], S = sum_{t < H} gamma^t r_t, over policies of the
+    history: Markov in (state, step) (:mod:`~rs_lightning.references.entropic`). Exact with
+    a time limit; without one the steps after H (:func:`_horizon`) weigh gamma^H below 1e-9
+    of the returns' range and are left out (an estimate)."""
+    best = entropic_programme(model.probs, model.next_states, model.terminal,
+                              lambda t: -beta * gamma**t * model.rewards, model.start,
+                              _horizon(model, gamma), beta)
+    return StaticOptimum(best.utility, None, kind=EXACT if model.horizon is not None
+                         else ESTIMATE)
 
 
 # --------------------------------------------------------------------------- references
@@ -969,9 +984,11 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
     policy iteration from the expectation-optimal policy: where several exist, that one);
     ``static_optimum`` (with VaR ``static_optimum_upper`` too: an interval's upper end),
     each with its kind."""
-    if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
-        return {}
     key = _model_key(model)
+    if utility.alpha < 1.0 and utility.risk not in REFERENCE_RISKS:
+        best = _cached_optimum(key, gamma, _utility_key(utility))  # the entropic one at 0
+        return {} if best is None else {"static_optimum": best.utility,
+                                         "static_optimum_kind": best.kind}
     fixed_point = _cached_fixed_point(key, gamma, _utility_key(utility))
     out: dict[str, Any] = {"per_decision_path": fixed_point.path,
                            "per_decision_static_utility": fixed_point.static_utility,
@@ -1058,6 +1075,7 @@ __all__ = [
     "model_from_transitions", "model_grid", "nominal_path", "optimal_expectation",
     "static_cvar_bounds",
     "per_decision_fixed_point", "references", "return_bounds", "static_cvar_optimum",
-    "static_optimum", "static_spectral_optimum", "static_utility", "static_var_optimum",
+    "static_entropic_optimum", "static_optimum", "static_spectral_optimum", "static_utility",
+    "static_var_optimum",
     "tabular_model", "uniform_random_reference", "uniform_random_utility",
 ]
