@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import logging
 import warnings
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import TorchCheckpointIO
+from torch.utils._pytree import tree_map_only
 
 from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import Members, StackedMembers, make_members
@@ -111,17 +113,37 @@ def build(run_config: ValidatedConfig, member_loggers: list[list] | None = None
         fault_injection=train.fault_injection,
     )
     if train.hardware.compile:
-        compile_members(module.members)
+        accelerator = train.hardware.accelerator
+        on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+        compile_members(module.members, "cuda" if on_gpu else "cpu")
     return datamodule, module
 
 
-def compile_members(members: Members) -> None:
+def compile_members(members: Members, device_type: str) -> None:
     """``hardware.compile``: torch.compile what runs every step, each network's loss (its
-    update) and its return distribution (acting). Data-dependent steps (e.g. UMDQN-C's
+    forward and, through AOTAutograd, its backward: the update but for the clipping and the
+    optimizer step, which the fused Adam already does in one kernel) and its return
+    distribution (acting). On a GPU (``device_type`` "cuda") the compiled graphs are also
+    captured as CUDA graphs (``mode="reduce-overhead"``: one launch replays a graph's kernels,
+    its inputs copied into static buffers each call). Data-dependent steps (e.g. UMDQN-C's
     distinct states) split the graph; the parts around them are compiled."""
+    captured = device_type == "cuda"
     for agent in members.networks():
-        agent.loss = torch.compile(agent.loss)
-        agent.return_distribution = torch.compile(agent.return_distribution)
+        for name in ("loss", "return_distribution"):
+            function = torch.compile(getattr(agent, name),
+                                     mode="reduce-overhead" if captured else None)
+            setattr(agent, name, _outputs_copied(function) if captured else function)
+
+
+def _outputs_copied(function):
+    """``function`` returning copies of its tensors: a CUDA graph's outputs live in its static
+    buffers, which its next replay overwrites (the logs keep a step's metrics for a while)."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return tree_map_only(torch.Tensor, torch.clone, function(*args, **kwargs))
+
+    return call
 
 
 def checkpoint_callbacks(train, checkpoint_dir: Path) -> list[pl.Callback]:
