@@ -150,3 +150,21 @@ def test_a_checkpoint_of_other_rollouts_is_refused_naming_the_key(a2c, compose, 
         run(compose(overrides(a2c, *quick, "agent.rollout_steps=8", f"ckpt_path={checkpoint}")),
             run_dir=tmp_path / "second")
     assert not (tmp_path / "second").exists()
+
+
+def test_the_memory_estimate_counts_rollouts_not_a_replay_memory(a2c, compose):
+    from rs_lightning.config.schema import validate
+    from rs_lightning.engine.resources import check_memory
+    from rs_lightning.envs.factory import env_problem
+    from rs_lightning.errors import ConfigError
+
+    # 4 copies x 250,000 steps of 2 observations of 2 floats, an action and 7 numbers (48
+    # bytes a step): 48 MB; the replay capacity's 100 million transitions are no memory here.
+    settings = validate(compose(overrides(a2c, "env.num_envs=4", "agent.rollout_steps=250000",
+                                          "learning.replay_capacity=100000000")))
+    problem = env_problem(settings.train.env)
+    check_memory(settings, problem, host=(10**9, "a test figure"))  # no replay memory counted
+    with pytest.raises(ConfigError) as error:
+        check_memory(settings, problem, host=(40 * 10**6, "a test figure"))
+    assert error.value.key == "agent.rollout_steps"
+    assert "(the rollouts: 48 MB)" in str(error.value)

@@ -1,7 +1,7 @@
 """A run's budgets, checked before anything is allocated: a UMNN agent's integration lattice
 (``limits.lattice_nodes`` nodes per state) and its memory, estimated and compared with what the
-machine has (``limits.memory_fraction`` of it). A replay capacity, a network or a lattice too
-large is refused in one line instead of running for minutes, failing or swapping.
+machine has (``limits.memory_fraction`` of it). A replay capacity, rollouts, a network or a
+lattice too large is refused in one line instead of running for minutes, failing or swapping.
 
 The estimates are lower bounds of the largest allocations, not of everything a run holds.
 """
@@ -62,6 +62,25 @@ def replay_bytes(run_config: ValidatedConfig, problem: Problem) -> int:
     return train.learning.replay_capacity * train.parallel_seeds * per_transition
 
 
+def rollout_bytes(run_config: ValidatedConfig, problem: Problem) -> int:
+    """Every member's rollout (rs_lightning.engine.rollout_buffer): N copies x T steps of
+    the observation seen and the state reached in float32, the action, and seven numbers
+    (log-probability, reward, ends, advantage, return, a value), the critic's atoms left
+    out."""
+    train = run_config.train
+    per_step = (2 * problem.obs_dim + max(problem.action_dim, 1) + 7) * FLOAT_BYTES
+    steps = run_config.agent.rollout_steps * train.env.num_envs
+    return steps * train.parallel_seeds * per_step
+
+
+def buffer_bytes(run_config: ValidatedConfig, problem: Problem) -> dict[str, int]:
+    """The collector's buffer, under the key that sizes it: the replay memory, or an
+    on-policy agent's rollouts."""
+    if AGENTS[run_config.agent.name][0].on_policy:
+        return {"agent.rollout_steps": rollout_bytes(run_config, problem)}
+    return {"learning.replay_capacity": replay_bytes(run_config, problem)}
+
+
 def network_bytes(run_config: ValidatedConfig, problem: Problem) -> int:
     """The members' networks while training, counted on the meta device (no memory used)."""
     agent_class = AGENTS[run_config.agent.name][0]
@@ -116,7 +135,8 @@ def human(size: float) -> str:
     return f"{size:.3g} PB"
 
 
-_WHAT = {"learning.replay_capacity": "the replay memory", "agent.hidden_sizes": "the networks",
+_WHAT = {"learning.replay_capacity": "the replay memory", "agent.rollout_steps": "the rollouts",
+         "agent.hidden_sizes": "the networks",
          "agent.integration_step": "the UMNN lattice"}
 
 
@@ -130,10 +150,10 @@ def check_memory(run_config: ValidatedConfig, problem: Problem,
                  host: tuple[int, str] | None = None, gpu: tuple[int, str] | None = None) -> None:
     """ConfigError naming the key of the largest estimate where the run's estimated memory
     exceeds ``limits.memory_fraction`` of the available memory (``host`` and ``gpu``:
-    measured here unless given). The replay memory lives in the host's memory, the networks
-    and the lattice on the run's device."""
+    measured here unless given). The replay memory (or the rollouts) lives in the host's
+    memory, the networks and the lattice on the run's device."""
     train = run_config.train
-    replay = {"learning.replay_capacity": replay_bytes(run_config, problem)}
+    replay = buffer_bytes(run_config, problem)
     model = {"agent.hidden_sizes": network_bytes(run_config, problem),
              "agent.integration_step": lattice_bytes(run_config)}
     on_gpu = train.hardware.accelerator in ("gpu", "cuda")
