@@ -3,6 +3,7 @@
     python benchmarks/speed.py                 # all cases, one torch thread
     python benchmarks/speed.py --threads 2     # the same with two threads
     python benchmarks/speed.py --write         # also write benchmarks/RESULTS.md
+    python benchmarks/speed.py --clock cpu     # each worker's CPU time (a machine shared with other work)
 
 A training step is one environment step, one epsilon-greedy action and one gradient update
 (batch 32, the paper's settings, epsilon held at 0.05 so that nearly every action is the
@@ -58,6 +59,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# --clock cpu: the worker's own CPU time instead of wall time, on a machine whose cores other
+# work shares (a process that waits for a core then does not count the wait).
+CLOCK = os.environ.get("SPEED_CLOCK", "wall")
+
+
+def now() -> float:
+    return time.process_time() if CLOCK == "cpu" else time.perf_counter()
 SHORT, LONG = 300, 2300
 CLI_STEPS = (300, 1500)  # the command-line case: before the first periodic evaluation (2,500)
 MEMBERS = 8  # seeds side by side in the parallel_seeds cases
@@ -131,14 +139,14 @@ def _fit_seconds(module, datamodule, steps: int) -> dict:
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         num_sanity_val_steps=0, limit_val_batches=0, callbacks=[clock],
     )
-    start = time.perf_counter()
+    start = now()
     trainer.fit(module, datamodule=datamodule)
-    return {"seconds": time.perf_counter() - start, "steady": clock.steady()}
+    return {"seconds": now() - start, "steady": clock.steady()}
 
 
 def _update_clock(mark: int):
     """A callback reading the clock at the end of update ``mark`` and of every later one
-    (one ``perf_counter`` call an update; the plain loops read it as often)."""
+    (one clock reading an update; the plain loops read it as often)."""
     import pytorch_lightning as pl
 
     class UpdateClock(pl.Callback):
@@ -146,10 +154,10 @@ def _update_clock(mark: int):
             self.at_mark = self.last = None
 
         def on_train_batch_end(self, trainer, *args) -> None:
-            now = time.perf_counter()
+            reading = now()
             if trainer.global_step == mark:
-                self.at_mark = now
-            self.last = now
+                self.at_mark = reading
+            self.last = reading
 
         def steady(self) -> float | None:
             return None if self.at_mark is None else self.last - self.at_mark
@@ -177,9 +185,17 @@ def time_cli(agent: str, steps: int, threads: int) -> dict:
         command = [sys.executable, str(ROOT / "train.py"), f"agent={agent}",
                    f"trainer.max_steps={steps}", f"hardware.torch_threads={threads}",
                    "callbacks.progress_bar=false", f"hydra.run.dir={folder}/run"]
-        start = time.perf_counter()
+        start, used = time.perf_counter(), _children_cpu()
         subprocess.run(command, check=True, cwd=folder, capture_output=True)
+        if CLOCK == "cpu":
+            return {"seconds": _children_cpu() - used}
         return {"seconds": time.perf_counter() - start}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
@@ -229,7 +245,7 @@ def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
     act_buf, rew_buf, done_buf = zeros(capacity, integer=True), zeros(capacity), zeros(capacity)
     obs, _ = env.reset(seed=0)
     size = 0
-    start = last = at_mark = time.perf_counter()
+    start = last = at_mark = now()
     for step in range(1, steps + 33):
         action = _act(q, obs, rng)
         next_obs, reward, terminated, truncated, _ = env.step(action)
@@ -252,10 +268,10 @@ def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
         optimizer.step()
         if (step - 32) % 1000 == 0:
             target.load_state_dict(q.state_dict())
-        last = time.perf_counter()
+        last = now()
         if step - 32 == SHORT:
             at_mark = last
-    return {"seconds": time.perf_counter() - start,
+    return {"seconds": now() - start,
             "steady": last - at_mark if steps > SHORT else None}
 
 
@@ -349,7 +365,7 @@ def measure(case: str, steps: int, threads: int, copies: int = 1,
     """Run ``case`` in ``copies`` worker processes started together (2: side by side, as
     ``hydra/launcher=joblib`` with ``n_jobs=2``); the slowest one's result. A case ending in
     ``@base`` runs that source tree's own benchmark worker on its own package."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads), SPEED_CLOCK=CLOCK)
     root, script = ROOT, __file__
     if case.endswith(BASELINE):
         root, case = baseline, case.removesuffix(BASELINE)
@@ -407,12 +423,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds (every case once per round; medians over rounds)")
     parser.add_argument("--cases", nargs="*", help="subset of cases (default: all)")
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or each worker's own CPU time (a shared machine)")
     parser.add_argument("--baseline", type=Path,
                         help="another source tree (e.g. a git worktree of an earlier commit): "
                              "cases named <case>@base run there, in the same rounds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = os.environ["SPEED_CLOCK"] = args.clock if not args.worker else CLOCK
     if args.worker:
         worker(args.worker, args.steps, args.threads)
         return
