@@ -85,16 +85,17 @@ _SALTS: dict[tuple[int, torch.device], Tensor] = {}
 
 
 def uniforms(keys: Tensor, counters: Tensor, slots: int) -> Tensor:
-    """``[M, slots]`` float64 uniforms in [0, 1), 53 random bits each: slot i of step
-    ``counters[j]`` of the stream ``keys[j]`` (lane 0 gives the high 27 bits, lane 1 the
-    low 26)."""
+    """``[M, ..., slots]`` float64 uniforms in [0, 1), 53 random bits each: slot i of step
+    ``counters[j, ...]`` (``[M]`` or ``[M, T]``) of the stream ``keys[j]`` (lane 0 gives
+    the high 27 bits, lane 1 the low 26)."""
     salts = _SALTS.get((slots, keys.device))
     if salts is None:
         salts = (torch.arange(1, slots + 1, dtype=torch.int64) * _GOLDEN + 0x2545F491) & _WORD
         salts = _SALTS.setdefault((slots, keys.device), salts.to(keys.device))
-    base = mix32(keys ^ (((counters & _WORD) * _GOLDEN) & _WORD)[:, None])  # [M, 2]
-    words = mix32(base[:, :, None] ^ salts)  # [M, 2, slots]
-    bits = (words[:, 0] >> 5) * 67108864 + (words[:, 1] >> 6)
+    keys = keys.view(keys.shape[0], *([1] * (counters.dim() - 1)), 2)
+    base = mix32(keys ^ (((counters & _WORD) * _GOLDEN) & _WORD)[..., None])  # [M, ..., 2]
+    words = mix32(base[..., None] ^ salts)  # [M, ..., 2, slots]
+    bits = (words[..., 0, :] >> 5) * 67108864 + (words[..., 1, :] >> 6)
     return bits.to(torch.float64) * (1.0 / 9007199254740992.0)
 
 
@@ -295,13 +296,50 @@ class TensorStep(NamedTuple):
 
 class _StreamCopies:
     """What both kinds of device copies share: each copy's stream (key, counter), the
-    NumPy face the engine uses, and plain-tensor checkpoints."""
+    NumPy face the engine uses, and plain-tensor checkpoints.
 
+    The draws of the next ``BLOCK`` steps of every copy are made at once (a step then reads
+    its row): the same numbers as step by step, as they are a function of (seed, step), at a
+    fraction of the operations. A subclass says how many uniforms a step takes (``slots``)
+    and what it makes of them (:meth:`_prepare`); the draws of step 0 start an episode."""
+
+    BLOCK = 64
     kind: str
+    slots: int
     device: torch.device
     keys: Tensor
     counters: Tensor
     _state_names: tuple[str, ...]
+
+    def _start_streams(self, seeds: list[int]) -> None:
+        m = len(seeds)
+        self.keys = seed_keys(seeds, self.device)
+        self.counters = torch.zeros(m, dtype=torch.int64, device=self.device)
+        self._position = 0
+        self._draws = self._block(self.keys, self.counters)
+        self._start(torch.arange(m, device=self.device), self._first(self.keys))
+
+    def _prepare(self, u: Tensor) -> Tensor:
+        """What a step reads, ``[..., k]``, from its uniforms ``[..., slots]``."""
+        raise NotImplementedError
+
+    def _first(self, keys: Tensor) -> Tensor:
+        return self._prepare(uniforms(keys, torch.zeros_like(keys[:, 0]), self.slots))
+
+    def _block(self, keys: Tensor, counters: Tensor) -> Tensor:
+        """The draws of the steps ahead ``[R, BLOCK, k]``, row ``_position`` the next's."""
+        ahead = torch.arange(1, self.BLOCK + 1, device=self.device) - self._position
+        return self._prepare(uniforms(keys, counters[:, None] + ahead, self.slots))
+
+    def _next_draws(self) -> Tensor:
+        """This step's draws ``[M, k]`` (the counters move on)."""
+        if self._position == self.BLOCK:
+            self._position = 0
+            self._draws = self._block(self.keys, self.counters)
+        draws = self._draws[:, self._position]
+        self._position += 1
+        self.counters += 1
+        return draws
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -330,7 +368,8 @@ class _StreamCopies:
         rows = torch.as_tensor(list(indices), dtype=torch.int64, device=self.device)
         self.keys[rows] = seed_keys(seeds, self.device)
         self.counters[rows] = 0
-        self._start(rows, uniforms(self.keys[rows], self.counters[rows], 2))
+        self._draws[rows] = self._block(self.keys[rows], self.counters[rows])
+        self._start(rows, self._first(self.keys[rows]))
 
     def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]:
         chosen = torch.arange(len(self)) if indices is None else torch.as_tensor(list(indices))
@@ -348,6 +387,8 @@ class _StreamCopies:
                               f"environment copies, this run {len(self)}")
         for name in ("keys", "counters") + self._state_names:
             setattr(self, name, state[name].to(self.device).clone())
+        self._position = 0
+        self._draws = self._block(self.keys, self.counters)
         return False
 
 
@@ -356,22 +397,24 @@ class TabularCopies(_StreamCopies):
     starts with the stream of ``seeds[j]``."""
 
     kind = "tabular"
+    slots = 4  # the branch, two for the reward's noise, the restart
     _state_names = ("state", "steps", "total")
 
     def __init__(self, env: gym.Env, seeds: list[int], device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.law = tabular_law(env).to(self.device)
         m = len(seeds)
-        self.keys = seed_keys(seeds, self.device)
-        self.counters = torch.zeros(m, dtype=torch.int64, device=self.device)
         self.state = torch.zeros(m, dtype=torch.int64, device=self.device)
         self.steps = torch.zeros(m, dtype=torch.int64, device=self.device)
         self.total = torch.zeros(m, dtype=torch.float64, device=self.device)
-        every = torch.arange(m, device=self.device)
-        self._start(every, uniforms(self.keys, self.counters, 2))
+        self._start_streams(seeds)
 
-    def _start(self, rows: Tensor, u: Tensor) -> None:
-        self.state[rows] = choose(self.law.start_cumulative, u[:, 0])
+    def _prepare(self, u: Tensor) -> Tensor:
+        """(branch uniform, standard normal, restart uniform)."""
+        return torch.stack([u[..., 0], normals(u[..., 1], u[..., 2]), u[..., 3]], dim=-1)
+
+    def _start(self, rows: Tensor, draws: Tensor) -> None:
+        self.state[rows] = choose(self.law.start_cumulative, draws[:, 2])
         self.steps[rows] = 0
         self.total[rows] = 0.0
 
@@ -381,16 +424,15 @@ class TabularCopies(_StreamCopies):
     def step_tensors(self, actions: Tensor) -> TensorStep:
         """Take ``actions[M]`` (int) in every copy; an ended episode restarts at once."""
         law = self.law
-        self.counters += 1
-        u = uniforms(self.keys, self.counters, 4)  # branch, two for the noise, the restart
+        draws = self._next_draws()
         row = self.state * law.n_actions + actions.to(torch.int64)
         width = law.cumulative.shape[1]
-        index = row * width + choose(law.cumulative[row], u[:, 0])  # the branch, flat
+        index = row * width + choose(law.cumulative[row], draws[:, 0])  # the branch, flat
         reached = law.next_state.view(-1)[index]
         terminal = law.terminal.view(-1)[index]
         reward = law.reward_mean.view(-1)[index]
         if law.reward_std:
-            reward = reward + law.reward_std * normals(u[:, 1], u[:, 2])
+            reward = reward + law.reward_std * draws[:, 1]
         self.steps += 1
         self.total += reward
         timeout = (self.steps >= law.time_limit) if law.time_limit is not None \
@@ -403,7 +445,7 @@ class TabularCopies(_StreamCopies):
             outcome = torch.where(terminal, law.outcome_of_total(self.total),
                                   torch.zeros_like(self.total))
         next_obs = law.observations[reached]
-        start = choose(law.start_cumulative, u[:, 3])
+        start = choose(law.start_cumulative, draws[:, 2])
         self.state = torch.where(ended, start, reached)
         self.steps = torch.where(ended, 0, self.steps)
         self.total = torch.where(ended, 0.0, self.total)
@@ -457,6 +499,7 @@ class NavigationCopies(_StreamCopies):
     kind = "risky_navigation"
     _state_names = ("position", "struck", "steps")
     _START_TRIES = 8  # uniform starts drawn per restart; the first off the goal is taken
+    slots = 2 + 2 * _START_TRIES  # the strike, then the restart's
 
     def __init__(self, env: gym.Env, seeds: list[int], device: torch.device | str = "cpu"):
         world = env.unwrapped
@@ -476,13 +519,15 @@ class NavigationCopies(_StreamCopies):
             self.centre = torch.from_numpy(normalizers[0].centre).to(self.device)
             self.half_width = torch.from_numpy(normalizers[0].half_width).to(self.device)
         m = len(seeds)
-        self.keys = seed_keys(seeds, self.device)
-        self.counters = torch.zeros(m, dtype=torch.int64, device=self.device)
         self.position = torch.zeros((m, 2), dtype=torch.float64, device=self.device)
         self.struck = torch.zeros(m, dtype=torch.bool, device=self.device)
         self.steps = torch.zeros(m, dtype=torch.int64, device=self.device)
-        rows = torch.arange(m, device=self.device)
-        self._start(rows, uniforms(self.keys, self.counters, 1 + 2 * self._START_TRIES))
+        self._start_streams(seeds)
+
+    def _prepare(self, u: Tensor) -> Tensor:
+        """(strike uniform, restart x, restart y)."""
+        starts = self._starts(u[..., 1:].reshape(-1, self.slots - 1))
+        return torch.cat([u[..., :1], starts.view(*u.shape[:-1], 2)], dim=-1)
 
     def _starts(self, u: Tensor) -> Tensor:
         """Start positions ``[R, 2]`` from ``[R, 1 + 2 * tries]`` uniforms: the origin, or
@@ -501,10 +546,8 @@ class NavigationCopies(_StreamCopies):
             anywhere = u[:, 0] < 0.5
         return torch.where(anywhere[:, None], drawn, torch.zeros_like(drawn))
 
-    def _start(self, rows: Tensor, u: Tensor) -> None:
-        if u.shape[1] < 1 + 2 * self._START_TRIES:
-            u = uniforms(self.keys[rows], self.counters[rows], 1 + 2 * self._START_TRIES)
-        self.position[rows] = self._starts(u)
+    def _start(self, rows: Tensor, draws: Tensor) -> None:
+        self.position[rows] = draws[:, 1:]
         self.struck[rows] = False
         self.steps[rows] = 0
 
@@ -520,8 +563,7 @@ class NavigationCopies(_StreamCopies):
     def step_tensors(self, actions: Tensor) -> TensorStep:
         """Take ``actions[M, 2]`` in [-1, 1]^2 in every copy; an ended episode restarts."""
         world, (x_low, x_high), (y_low, y_high) = self.world, *nav.ARENA
-        self.counters += 1
-        u = uniforms(self.keys, self.counters, 2 + 2 * self._START_TRIES)
+        draws = self._next_draws()
         move = actions.to(torch.float64).reshape(-1, 2).clamp(-1.0, 1.0) * nav.SPEED
         x0, y0 = self.position[:, 0], self.position[:, 1]
         before = goal_distance(x0, y0)
@@ -531,7 +573,7 @@ class NavigationCopies(_StreamCopies):
             x1, y1 = fenced(x0, y0, x1, y1, world.gate, world.south_edge)
         after = goal_distance(x1, y1)
         reward = -world.step_cost + world.shaping * (before - after)
-        strike = in_region(x1, y1, world.south_edge) & (u[:, 0] < world.strike_probability)
+        strike = in_region(x1, y1, world.south_edge) & (draws[:, 0] < world.strike_probability)
         reward = reward - world.penalty * strike
         self.struck = self.struck | strike
         terminated = after <= 1e-9
@@ -541,9 +583,8 @@ class NavigationCopies(_StreamCopies):
         self.steps += 1
         ended = terminated if self.time_limit is None else terminated | (
             self.steps >= self.time_limit)
-        restart = self._starts(u[:, 1:])
         next_obs = self._observe(reached)
-        self.position = torch.where(ended[:, None], restart, reached)
+        self.position = torch.where(ended[:, None], draws[:, 1:], reached)
         self.struck = self.struck & ~ended
         self.steps = torch.where(ended, 0, self.steps)
         return TensorStep(next_obs, reward, terminated, ended, outcome)
