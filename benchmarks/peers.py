@@ -10,6 +10,7 @@ rate and return after a fixed budget on MuJoCo's HalfCheetah-v5.
     python benchmarks/peers.py --agents --peers tianshou_c51 tianshou_iqn --peer-criterion published
     python benchmarks/peers.py --world pendulum  # TQC, DSAC against SB3 SAC, sb3-contrib TQC
     python benchmarks/peers.py --world half_cheetah --seeds 0 1 2 --agents tqc --peers sb3_tqc
+    python benchmarks/peers.py --world cartpole_ppo  # PPO against SB3's PPO, the Zoo's settings
 
 **Pendulum-v1** (``--world pendulum``) is scored like CartPole below, with its own common
 test: 10 greedy episodes every 500 environment steps, solved at a mean return of -200, caps
@@ -102,13 +103,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUR_AGENTS = ("dqn", "c51", "qr_dqn", "iqn", "rs_umdqn_c")
 OUR_DISTRIBUTIONAL = ("c51", "qr_dqn", "iqn", "rs_umdqn_c")
-PEERS = ("tianshou_c51", "tianshou_iqn", "sb3_qrdqn", "sb3_sac", "sb3_tqc")
+PEERS = ("tianshou_c51", "tianshou_iqn", "sb3_qrdqn", "sb3_sac", "sb3_tqc", "sb3_ppo")
 INSTALL = ("benchmarks/peers.py needs the optional extra 'bench' (Tianshou 2.0.1, "
            "Stable-Baselines3 and sb3-contrib 2.x): pip install -e '.[bench]'")
 PEER_MODULES = {"tianshou_c51": ("tianshou",), "tianshou_iqn": ("tianshou",),
                 "sb3_qrdqn": ("stable_baselines3", "sb3_contrib"),
                 "sb3_sac": ("stable_baselines3",),
-                "sb3_tqc": ("stable_baselines3", "sb3_contrib")}
+                "sb3_tqc": ("stable_baselines3", "sb3_contrib"),
+                "sb3_ppo": ("stable_baselines3",)}
 RESULT_MARK = "PEERS_RESULT "
 
 
@@ -168,6 +170,14 @@ WORLDS = {
         distributional=("tqc", "dsac"), peers=("sb3_tqc", "sb3_sac"), reference_peer="sb3_tqc",
         targets={"tqc": 1.0}, preset=("experiment=half_cheetah", "agent={agent}"),
         score="budget", warmup_steps=10_000),
+    # PPO against Stable-Baselines3's PPO, both with the RL Zoo's CartPole-v1 settings and
+    # budget (100,000 steps); evaluated every 10 rollouts of 8 x 32 steps. Target: our median
+    # at most 1x theirs.
+    "cartpole_ppo": World(
+        env_id="CartPole-v1", threshold=475.0, episodes=20, eval_every=2560,
+        max_env_steps=100_000, max_seconds=600.0, agents=("ppo",), distributional=("ppo",),
+        peers=("sb3_ppo",), reference_peer="sb3_ppo", targets={"ppo": 1.0},
+        preset=("experiment=cartpole_ppo",)),
 }
 CARTPOLE = WORLDS["cartpole"]
 
@@ -191,6 +201,10 @@ SB3_QRDQN = dict(n_timesteps=50000, learning_rate=2.3e-3, batch_size=64, buffer_
                  learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
                  gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
                  net_arch=[256, 256], n_quantiles=10)
+# RL Baselines3 Zoo, hyperparams/ppo.yml, CartPole-v1: the learning rate and the clip
+# decay linearly to 0 over the budget (SB3's schedules of the progress remaining).
+SB3_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+               ent_coef=0.0, learning_rate=1e-3, clip_range=0.2)
 # RL Baselines3 Zoo, hyperparams/sac.yml and tqc.yml: on Pendulum-v1 a learning rate of 1e-3,
 # the libraries' defaults for the rest (batch 256, 100 warm-up steps, Polyak 0.005 every
 # update, 256 x 256 networks, the entropy temperature tuned; TQC 2 critics of 25 quantiles,
@@ -541,7 +555,10 @@ def ours_command(agent: str, seed: int, run_dir: str, args: argparse.Namespace) 
     else:
         stop = [f"trainer.max_steps={args.max_env_steps - world.warmup_steps}",
                 f"evaluation.every_n_steps={args.eval_every}"]
-    preset = (o.format(agent=agent, max_env_steps=args.max_env_steps) for o in world.preset)
+    preset = [o.format(agent=agent, max_env_steps=args.max_env_steps) for o in world.preset]
+    if args.preset:  # another experiment preset of ours in place of the world's
+        preset = [f"experiment={args.preset}" if o.startswith("experiment=") else o
+                  for o in preset]
     return [sys.executable, "train.py", *preset,
             "alpha=1", f"seed={seed}", *stop, "logger=csv", "hardware.torch_threads=1",
             "callbacks.progress_bar=false", f"hydra.run.dir={run_dir}", *args.overrides]
@@ -772,6 +789,19 @@ def _sb3_model(peer: str, seed: int, args: argparse.Namespace) -> Any:
     import gymnasium as gym
 
     env = gym.make(WORLDS[args.world].env_id)
+    if peer == "sb3_ppo":
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+
+        z = SB3_PPO
+        vec_env = make_vec_env(WORLDS[args.world].env_id, n_envs=z["n_envs"], seed=seed)
+        return without_log_folder(PPO(
+            "MlpPolicy", vec_env, n_steps=z["n_steps"], batch_size=z["batch_size"],
+            gae_lambda=z["gae_lambda"], gamma=z["gamma"], n_epochs=z["n_epochs"],
+            ent_coef=z["ent_coef"],
+            learning_rate=lambda remaining: remaining * z["learning_rate"],
+            clip_range=lambda remaining: remaining * z["clip_range"],
+            seed=seed, device="cpu", verbose=0))
     if peer == "sb3_qrdqn":
         from sb3_contrib import QRDQN
 
@@ -914,6 +944,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "episodes per epoch, mean >= 195), ours unchanged")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="extra Hydra overrides for our runs, e.g. learning.lr=3e-3")
+    parser.add_argument("--preset",
+                        help="our runs' experiment preset in place of the world's own, e.g. "
+                             "pendulum_fast on --world pendulum")
     parser.add_argument("--out", type=Path, help="write every raw number to this JSON file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--merge", type=Path, nargs="+",
@@ -1007,8 +1040,9 @@ def main(argv: list[str] | None = None) -> int:
             "versions": versions(), "threshold": args.threshold, "episodes": world.episodes,
             "max_env_steps": args.max_env_steps, "max_seconds": args.max_seconds,
             "eval_every": args.eval_every, "peer_criterion": args.peer_criterion,
-            "overrides": args.overrides,
-            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN, "sb3_zoo": SB3_ZOO},
+            "overrides": args.overrides, "preset": args.preset,
+            "settings": {"tianshou": TIANSHOU, "sb3_qrdqn": SB3_QRDQN, "sb3_zoo": SB3_ZOO,
+                         "sb3_ppo": SB3_PPO},
             "runs": runs, **summarize_world(runs, world, args.max_env_steps)}, indent=1,
             default=str) + "\n")
 

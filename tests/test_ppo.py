@@ -209,3 +209,27 @@ def test_ppo_learns_the_two_stage_worlds_expectation_optimum(compose, tmp_path):
     assert result["exact_expectation"] == pytest.approx(0.09, abs=1e-9)
     metrics = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert metrics["agent"] == "ppo"
+
+
+@pytest.mark.slow  # six short runs; the engine's stacking is tested by default (test_on_policy)
+@pytest.mark.parametrize("env, tolerance", [("two_stage", 0.0), ("pendulum", 1e-6)])
+def test_stacked_members_are_the_runs_of_their_seeds(compose, tmp_path, env, tolerance):
+    """Two stacked members end with the weights of their seeds' runs alone: bit for bit with
+    discrete actions; with continuous ones (the Gaussian's log standard deviation a
+    parameter of each member) to rounding, the stacked products of the one-unit mean head
+    summing in another order."""
+    from rs_lightning.app.train import run
+
+    quick = ["agent=ppo", f"env={env}", "risk=expectation", "debug=quick", "logger=csv",
+             "callbacks.progress_bar=false", "trainer.max_steps=8",
+             "evaluation.every_n_steps=0", "evaluation.episodes=2", "env.num_envs=2",
+             "agent.rollout_steps=8", "agent.minibatches=2", "agent.epochs=2"]
+    run(compose([*quick, "seed=3", "parallel_seeds=2"]), run_dir=tmp_path / "stacked")
+    for seed in (3, 4):
+        run(compose([*quick, f"seed={seed}"]), run_dir=tmp_path / f"single{seed}")
+        a, b = (torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+                for folder in (tmp_path / "stacked" / f"seed_{seed}", tmp_path / f"single{seed}"))
+        assert a.keys() == b.keys()
+        assert any(key.endswith("log_std") for key in a) == (env == "pendulum")
+        for key in a:
+            assert torch.allclose(a[key], b[key], rtol=0.0, atol=tolerance), key
