@@ -77,10 +77,10 @@ def a2c(tmp_path):
     AGENTS.pop("a2c_test")
 
 
-def overrides(folder, *extra: str) -> list[str]:
+def overrides(folder, *extra: str, logger: str = "csv") -> list[str]:
     # 2 copies x 16 steps = 32 steps a rollout, 2 epochs of 4 minibatches: 8 updates each.
     return [f"hydra.searchpath=[file://{folder}]", "agent=a2c_test", "env=two_stage",
-            "env.num_envs=2", "debug=quick", "logger=csv", "callbacks.progress_bar=false",
+            "env.num_envs=2", "debug=quick", f"logger={logger}", "callbacks.progress_bar=false",
             "learning.lr=3e-3", "trainer.max_steps=400", "trainer.checkpoint_every_n_steps=100",
             "evaluation.every_n_steps=100", "evaluation.episodes=200",
             "evaluation.episodes_during_training=50", *extra]
@@ -113,8 +113,17 @@ def test_a_test_defined_a2c_learns_and_resumes_exactly_from_the_middle_of_a_roll
 
 def test_stacked_a2c_members_are_the_runs_of_their_seeds(a2c, compose, tmp_path):
     quick = ["trainer.max_steps=48", "evaluation.every_n_steps=0", "evaluation.episodes=50"]
-    stacked = run(compose(overrides(a2c, *quick, "seed=3", "parallel_seeds=2")),
-                  run_dir=tmp_path / "stacked")
+    stacked = run(compose(overrides(a2c, *quick, "seed=3", "parallel_seeds=2",
+                                    logger="tensorboard")), run_dir=tmp_path / "stacked")
+    # The grid world's figure of every action's law is not drawn: the critic's law is the
+    # state's; the distributions tool refuses such a run in one line.
+    from rs_lightning.analysis.plots import check_distribution_state
+    from rs_lightning.analysis.runs import load_run
+
+    assert not (tmp_path / "stacked" / "seed_3" / "distributions.png").exists()
+    with pytest.raises(ValueError, match=r"^distributions: .* whose critic learns the law of a "
+                                         r"state's return, not one of each action"):
+        check_distribution_state(load_run(tmp_path / "stacked" / "seed_3"), (1, 0))
     for seed in (3, 4):
         single = run(compose(overrides(a2c, *quick, f"seed={seed}")),
                      run_dir=tmp_path / f"single{seed}")

@@ -87,8 +87,9 @@ def parse_cell(text: str) -> tuple[int, ...]:
 
 def check_distribution_state(run: TrainedRun, cell: tuple[int, ...]) -> None:
     """ValueError in one line unless ``distributions`` can draw the laws of ``cell`` for the
-    run: an agent with discrete actions (the laws of every action), an observation of the
-    cell's width, a cell inside a grid world's grid."""
+    run: an agent with a law of every discrete action (not an actor-critic, nor an on-policy
+    agent, whose critic learns the state's), an observation of the cell's width, a cell
+    inside a grid world's grid."""
     from rs_lightning.envs.factory import make_env
 
     train = run.run_config.train
@@ -97,6 +98,11 @@ def check_distribution_state(run: TrainedRun, cell: tuple[int, ...]) -> None:
                          f"{run.run_config.agent.name}, which acts in a continuous box; it draws "
                          "the laws of every discrete action of a state (runs of discrete-action "
                          "agents)")
+    if run.module.agent.on_policy:
+        raise ValueError(f"distributions: {run.run_dir} is a run of agent="
+                         f"{run.run_config.agent.name}, whose critic learns the law of a state's "
+                         "return, not one of each action; it draws the laws of every action of "
+                         "a state (runs of value-based agents)")
     env = make_env(train.env)
     try:
         shape = tuple(env.observation_space.shape or ())

@@ -43,8 +43,8 @@ def write_member_outputs(policy, run_config, folder: Path, loggers: list, steps:
 def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
               env_steps: int) -> None:
     """W&B and TensorBoard runs also get the evaluation as a table and, on a grid world, the
-    distribution figure of the decision state (written into the run folder as
-    ``distributions.png``); TensorBoard the final evaluation's returns as a histogram."""
+    distribution figure of the decision state for an agent with a law per action (written
+    into the run folder as ``distributions.png``); TensorBoard the final evaluation's returns as a histogram."""
     wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
     board_loggers = [logger for logger in loggers if type(logger).__name__ == "TensorBoardLogger"]
     if not wandb_loggers and not board_loggers:
@@ -52,7 +52,8 @@ def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
     figure = None
     env = run_config.train.env
     trained = TrainedRun(run_config, policy, folder, steps, env_steps)
-    if env.grid_size:
+    agent = policy.agent
+    if env.grid_size and not (agent.continuous_actions or agent.on_policy):  # a law per action
         figure = folder / "distributions.png"
         plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
     video = None
