@@ -120,7 +120,8 @@ def play_episodes(policy, env_config, episodes: int, seed: int, batch_envs: int 
     seeds = episode_seeds(seed, episodes)
     gamma = float(env_config.gamma)
     state = policy.objective.episode_state([seed], n, gamma, training=False)
-    rollout = Rollout(make_copies(env_config, [int(s) for s in seeds[:n]]), state, 1, n,
+    copies = make_copies(env_config, [int(s) for s in seeds[:n]], device=policy.device)
+    rollout = Rollout(copies, state, 1, n,
                       getattr(env_config, "reward_scale", 1.0),
                       getattr(env_config, "reward_clip", None))
     bar = _EpisodeProgress(episodes) if progress else None
