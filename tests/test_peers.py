@@ -207,6 +207,16 @@ def test_pendulum_world_runs_the_actor_critics_against_sb3_with_its_own_test(cap
         assert f"{option} {value}: not on --world pendulum; choose from {allowed}" in err
 
 
+def test_preset_replaces_the_worlds_experiment_for_our_runs_only(capsys):
+    """--preset pendulum_fast: our runs train with that preset (64 x 64 networks), the peers'
+    commands stay as they are."""
+    assert peers.main(["--world", "pendulum", "--dry-run", "--seeds", "0", "--agents", "dsac",
+                       "--peers", "sb3_sac", "--preset", "pendulum_fast"]) == 0
+    ours, peer = capsys.readouterr().out.strip().splitlines()
+    assert "train.py experiment=pendulum_fast agent=dsac trainer.max_steps=20000" in ours
+    assert "experiment=" not in peer and "--worker sb3_sac" in peer
+
+
 def test_without_a_reference_peer_the_targets_are_against_the_fastest_peer():
     world = peers.WORLDS["pendulum"]
     runs = [{"entry": e, "seed": s, "reached": True, "train_seconds": t, "env_steps": 3000}
