@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -182,7 +183,7 @@ def test_objectives_ppo_cannot_follow_are_refused_in_one_line(compose, overrides
     with pytest.raises(ConfigError) as error:
         validate(compose(["agent=ppo", "env=two_stage", *overrides]))
     assert "\n" not in str(error.value)
-    assert __import__("re").match(message, f"{error.value.key}: {error.value.message}")
+    assert re.match(message, f"{error.value.key}: {error.value.message}")
 
 
 def test_ppo_takes_either_kind_of_action(compose):
