@@ -27,7 +27,7 @@ from rs_lightning.envs.factory import make_env
 from rs_lightning.envs.grid_worlds import CELLS, GRID_SIZE, GridWorld
 from rs_lightning.envs.risky_navigation import path_law
 from rs_lightning.errors import ConfigError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_and_resume_from_step_100
 from tests.warm_python import command as python_command
 
 # A statistical test below fails a correct implementation with probability at most this
@@ -310,3 +310,17 @@ def test_training_and_evaluation_run_on_the_device_worlds(tmp_path):
     assert "backend: torch" in (out / "config.yaml").read_text()
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["episodes"] == 64
+
+
+def test_members_on_device_worlds_resume_exactly_from_a_checkpoint(compose, tmp_path):
+    """Two members of two copies each: the run from its step-100 checkpoint (in the middle
+    of a block of draws) ends exactly as the uninterrupted one."""
+    def make_config(*more):
+        return compose(["env=risky_transitions", "env.backend=torch", "agent=dqn",
+                        "agent.hidden_sizes=[16]", "parallel_seeds=2", "env.num_envs=2",
+                        "debug=quick", "logger=none", "callbacks.progress_bar=false",
+                        "learning.warmup_steps=32", "trainer.max_steps=200",
+                        "trainer.checkpoint_every_n_steps=100", "evaluation.episodes=20",
+                        "evaluation.every_n_steps=0", *more])
+
+    run_and_resume_from_step_100(make_config, tmp_path, seeds=2)
