@@ -104,7 +104,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rs_lightning.references import tabular_exact
+from rs_lightning.references import tabular_bounds, tabular_exact
 from rs_lightning.references.entropic import entropic_programme
 from rs_lightning.references.policy_iteration import (
     CYCLE,
@@ -472,6 +472,12 @@ def uniform_random_utility(model: TabularModel, utility: Utility, gamma: float) 
     """U[sum_t gamma^t r_t] of the policy that draws every action with probability
     1 / A in every state: the static utility of a one-action model whose outcomes are
     those of every action, each weighted 1 / A."""
+    return static_utility(*_uniform_random_model(model), utility, gamma)
+
+
+def _uniform_random_model(model: TabularModel) -> tuple[TabularModel, np.ndarray]:
+    """A one-action model whose outcomes are those of every action, each weighted 1 / A,
+    and its only policy."""
     n_states, n_actions, width = model.probs.shape
 
     def merged(array: np.ndarray) -> np.ndarray:
@@ -480,13 +486,17 @@ def uniform_random_utility(model: TabularModel, utility: Utility, gamma: float) 
     random_model = TabularModel(merged(model.probs) / n_actions, merged(model.next_states),
                                 merged(model.rewards), merged(model.terminal), model.start,
                                 model.horizon, model.shape)
-    return static_utility(random_model, np.zeros(n_states, dtype=np.int64), utility, gamma)
+    return random_model, np.zeros(n_states, dtype=np.int64)
 
 
 def uniform_random_reference(model: TabularModel, utility: Utility, gamma: float
                              ) -> tuple[float, float, float, str]:
     """:func:`uniform_random_utility` with the interval that holds its true value and its
-    kind: exact where :func:`is_exact`, else an estimate within the grid's error bound."""
+    kind: exact where :func:`is_exact`, an interval where :func:`is_bounded` (the value is
+    its lower end), else an estimate within the grid's error bound."""
+    if is_bounded(model, utility):
+        low, high = _cached_policy_bounds(_model_key(model), gamma, None, _utility_key(utility))
+        return low, low, high, EXACT if high - low <= _MEETING else INTERVAL
     value = uniform_random_utility(model, utility, gamma)
     fields = _estimate_fields("random", model, utility, gamma)
     error = fields.get("random_error")
@@ -905,10 +915,8 @@ def static_optimum(model: TabularModel, utility: Utility, gamma: float
     VaR_rho; None for other measures."""
     if utility.alpha == 1.0 or utility.risk == "expectation":
         return StaticOptimum(optimal_expectation(model, gamma)[0], None, kind=EXACT)
-    if utility.risk == "cvar" and not is_exact(model) and model.horizon is not None:
-        lower, upper = static_cvar_bounds(model, utility.alpha, float(utility.params["rho"]),
-                                          gamma, CVAR_BOUND_THRESHOLDS)
-        return StaticOptimum(lower, None, upper, kind=INTERVAL)
+    if is_bounded(model, utility) and utility.risk in ("cvar", "var", "spectral"):
+        return _bounded_static_optimum(model, utility, gamma)
     if utility.risk == "cvar":
         return static_cvar_optimum(model, utility.alpha, float(utility.params["rho"]), gamma)
     if utility.risk == "var":
@@ -919,6 +927,28 @@ def static_optimum(model: TabularModel, utility: Utility, gamma: float
     if utility.risk == "entropic" and utility.alpha == 0.0:
         return static_entropic_optimum(model, float(utility.params["beta"]), gamma)
     return None
+
+
+def _bounded_static_optimum(model: TabularModel, utility: Utility, gamma: float
+                            ) -> StaticOptimum | None:
+    """The static optimum's sound interval where :func:`is_bounded`
+    (:mod:`.tabular_bounds`), its lower end at least the expectation-optimal policy's and the
+    per-decision fixed point's lower ends."""
+    key, utility_key = _model_key(model), _utility_key(utility)
+    lower = max(_cached_policy_bounds(key, gamma, tuple(map(int, policy)), utility_key)[0]
+                for policy in (expectation_optimal_policy(model, gamma),
+                               _cached_fixed_point(key, gamma, utility_key).policy))
+    if utility.risk == "var":
+        low, high = tabular_bounds.static_var_bounds(
+            model, utility.alpha, float(utility.params["rho"]), gamma, lower)
+    else:
+        levels, weights = spectrum(utility.params["levels"], utility.params["weights"]) if (
+            utility.risk == "spectral") else ((float(utility.params["rho"]),), (1.0,))
+        if len(levels) > 2:
+            return None
+        low, high = tabular_bounds.static_spectral_bounds(model, utility.alpha, levels,
+                                                          weights, gamma, lower)
+    return StaticOptimum(low, None, high, kind=EXACT if high - low <= _MEETING else INTERVAL)
 
 
 def static_entropic_optimum(model: TabularModel, beta: float, gamma: float) -> StaticOptimum:
@@ -960,9 +990,10 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     ends."""
     key = _model_key(model)
     policy = np.asarray(policy, dtype=np.int64)
-    own = static_utility(model, policy, utility, gamma, _cached_grid(key, gamma))
-    out: dict[str, Any] = {"exact_static_utility": own, "greedy_actions": policy.tolist()}
-    out.update(_estimate_fields("exact_static_utility", model, utility, gamma))
+    out: dict[str, Any] = {"greedy_actions": policy.tolist()}
+    out.update(_policy_figure("exact_static_utility", model, policy, utility, gamma))
+    own = out["exact_static_utility"]  # a bounded figure's lower end
+    own_upper = out.get("exact_static_utility_upper", own)
     out.update(policy_free_references(model, utility, gamma))
     if "static_optimum_upper" in out and _policies_bound(out["static_optimum_kind"], model):
         # the learned policy is one more policy
@@ -972,7 +1003,7 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     if "static_optimum_upper" in out:
         out["static_gap_upper"] = out["static_optimum_upper"] - own
     if "static_optimum" in out:
-        out["static_gap"] = max(out["static_optimum"] - own, 0.0)
+        out["static_gap"] = max(out["static_optimum"] - own_upper, 0.0)
     return out
 
 
@@ -991,15 +1022,16 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
                                          "static_optimum_kind": best.kind}
     fixed_point = _cached_fixed_point(key, gamma, _utility_key(utility))
     out: dict[str, Any] = {"per_decision_path": fixed_point.path,
-                           "per_decision_static_utility": fixed_point.static_utility,
                            "per_decision_start": "expectation-optimal policy"}
-    out.update(_estimate_fields("per_decision_static_utility", model, utility, gamma))
+    out.update(_policy_figure("per_decision_static_utility", model,
+                              np.array(fixed_point.policy), utility, gamma,
+                              fixed_point.static_utility))
     best = _cached_optimum(key, gamma, _utility_key(utility))
     if best is not None:
         out["static_optimum"], kind = best.utility, best.kind
         if best.upper is not None:
             if _policies_bound(kind, model):  # the fixed point is one more policy
-                out["static_optimum"] = max(best.utility, fixed_point.static_utility)
+                out["static_optimum"] = max(best.utility, out["per_decision_static_utility"])
             out["static_optimum_upper"] = max(best.upper, out["static_optimum"])
             if kind == INTERVAL and out["static_optimum_upper"] - out["static_optimum"] <= _MEETING:
                 kind = EXACT
@@ -1008,11 +1040,43 @@ def policy_free_references(model: TabularModel, utility: Utility, gamma: float
 
 
 def _policies_bound(kind: str, model: TabularModel) -> bool:
-    """Whether a policy's static utility raises the lower end of the static optimum's
-    bounds: where both are exact (an interval of the exact laws), or both estimates (VaR's
-    bounds on a grid). An interval from the threshold programmes on a grid is sound and a
-    policy's utility there an estimate, so that one is kept."""
-    return kind == ESTIMATE or (kind == INTERVAL and is_exact(model))
+    """Whether a policy's static utility (the lower end of its interval) raises the lower
+    end of the static optimum's bounds: where both are sound (the exact laws, or the bounds
+    of :mod:`.tabular_bounds`: a policy's figure is then an interval too), or both
+    estimates (VaR's bounds on a grid without a time limit)."""
+    return kind == ESTIMATE or (kind == INTERVAL and (is_exact(model)
+                                                      or model.horizon is not None))
+
+
+# Measures monotone in the return law's stochastic order: a law below another has no more
+# of them, so the two laws of tabular_bounds bound them.
+MONOTONE_RISKS = ("expectation", "var", "cvar", "spectral", "entropic")
+
+
+def is_bounded(model: TabularModel, utility: Utility | None = None) -> bool:
+    """Whether the model's figures are sound intervals (:mod:`.tabular_bounds`): its laws
+    are not finite (:func:`is_exact` is not) but it has a time limit, and the utility is
+    monotone."""
+    return (not is_exact(model) and model.horizon is not None
+            and (utility is None or utility.alpha == 1.0 or utility.risk in MONOTONE_RISKS))
+
+
+def _policy_figure(key: str, model: TabularModel, policy: np.ndarray, utility: Utility,
+                   gamma: float, value: float | None = None) -> dict[str, Any]:
+    """``<key>``: U of a stationary policy's episode return, with its kind: exact on the
+    exact laws; an interval where :func:`is_bounded` (``<key>`` its lower end,
+    ``<key>_upper``); else the grid's estimate (``value`` where already computed)."""
+    if is_bounded(model, utility):
+        low, high = _cached_policy_bounds(_model_key(model), gamma, tuple(map(int, policy)),
+                                          _utility_key(utility))
+        if high - low <= _MEETING:
+            return {key: low, f"{key}_kind": EXACT}
+        return {key: low, f"{key}_upper": high, f"{key}_kind": INTERVAL}
+    if value is None:
+        value = static_utility(model, policy, utility, gamma,
+                               None if is_exact(model) else _cached_grid(_model_key(model),
+                                                                         gamma))
+    return {key: value, **_estimate_fields(key, model, utility, gamma)}
 
 
 def _estimate_fields(key: str, model: TabularModel, utility: Utility, gamma: float
@@ -1052,6 +1116,23 @@ def _utility_of(key: tuple) -> Utility:
 @functools.lru_cache(maxsize=16)
 def _cached_grid(model_key: int, gamma: float) -> ReturnGrid:
     return model_grid(_MODELS[model_key], gamma)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_law_bounds(model_key: int, gamma: float, policy: tuple[int, ...] | None
+                       ) -> tabular_bounds.LawBounds:
+    """:func:`tabular_bounds.episode_law_bounds` of a policy (None: the uniform-random)."""
+    model = _MODELS[model_key]
+    if policy is None:
+        return tabular_bounds.episode_law_bounds(*_uniform_random_model(model), gamma)
+    return tabular_bounds.episode_law_bounds(model, np.array(policy), gamma)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_policy_bounds(model_key: int, gamma: float, policy: tuple[int, ...] | None,
+                          utility_key: tuple) -> tuple[float, float]:
+    return tabular_bounds.utility_bounds(_cached_law_bounds(model_key, gamma, policy),
+                                         _utility_of(utility_key))
 
 
 @functools.lru_cache(maxsize=64)
