@@ -21,6 +21,7 @@ from rs_lightning.envs.device_worlds import (
     TabularCopies,
     choose,
     device_copies,
+    host_answer,
     uniforms,
 )
 from rs_lightning.envs.factory import make_env
@@ -106,7 +107,8 @@ def test_every_state_and_action_has_the_gymnasium_worlds_one_step_law(name):
         assert copies.law.reward_std == 0.1 and copies.law.time_limit == 10
         assert copies.law.timeout_is_terminal == env.unwrapped.timeout_is_terminal
     else:
-        assert copies.law.reward_std == 0.0 and copies.law.time_limit == TABULAR[name].max_episode_steps
+        assert copies.law.reward_std == 0.0
+        assert copies.law.time_limit == TABULAR[name].max_episode_steps
 
 
 def test_a_branch_is_chosen_as_gymnasium_chooses_it():
@@ -183,6 +185,17 @@ def test_a_copys_episodes_depend_on_its_seed_alone_and_resume_exactly():
     with pytest.raises(ConfigError, match="env.backend"):
         make_copies(SimpleNamespace(**{**vars(config), "backend": "gymnasium"}),
                     [5, 6, 7]).load_state_dict(copies.state_dict())
+
+
+def test_an_accelerators_answer_comes_to_the_host_whole_in_one_copy():
+    copies = make_copies(TABULAR["risky_grid_world"], list(range(6)))
+    out = copies.step_tensors(torch.tensor([0, 1, 2, 3, 3, 3]))
+    answer, obs = host_answer(out, copies.obs_tensor())
+    for field, value in zip(answer._fields, answer):
+        expected = getattr(out, field).numpy()
+        assert value.dtype == expected.dtype, field
+        np.testing.assert_array_equal(value, expected, err_msg=field)
+    np.testing.assert_array_equal(obs, copies.obs())
 
 
 def test_reseeding_restarts_a_copy_on_its_new_stream():

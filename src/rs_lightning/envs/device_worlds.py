@@ -294,6 +294,19 @@ class TensorStep(NamedTuple):
     risk_outcome: Tensor  # [M] float64 (meaningful where ended)
 
 
+def host_answer(step: TensorStep, obs: Tensor) -> tuple[CopiesStep, np.ndarray]:
+    """A step's answer and the copies' observations ``obs`` on the host, in one copy from the
+    device (every field packed as float64, which holds float32 observations exactly)."""
+    width = step.next_obs.shape[1]
+    flags = torch.stack([step.reward, step.terminated.double(), step.ended.double(),
+                         step.risk_outcome], dim=1)
+    host = torch.cat([step.next_obs.double(), obs.double(), flags], dim=1).cpu().numpy()
+    reward, terminated, ended, outcome = host[:, 2 * width:].T
+    answer = CopiesStep(host[:, :width].astype(np.float32), reward.copy(), terminated > 0,
+                        ended > 0, outcome.copy())
+    return answer, host[:, width:2 * width].astype(np.float32)
+
+
 class _StreamCopies:
     """What both kinds of device copies share: each copy's stream (key, counter), the
     NumPy face the engine uses, and plain-tensor checkpoints.
@@ -318,6 +331,7 @@ class _StreamCopies:
         self._position = 0
         self._draws = self._block(self.keys, self.counters)
         self._start(torch.arange(m, device=self.device), self._first(self.keys))
+        self._host_obs: np.ndarray | None = None  # obs() on the host, kept until a change
 
     def _prepare(self, u: Tensor) -> Tensor:
         """What a step reads, ``[..., k]``, from its uniforms ``[..., slots]``."""
@@ -345,7 +359,9 @@ class _StreamCopies:
         return int(self.keys.shape[0])
 
     def obs(self) -> np.ndarray:
-        return self.obs_tensor().cpu().numpy()
+        if self._host_obs is None:
+            self._host_obs = self.obs_tensor().cpu().numpy()
+        return self._host_obs
 
     def obs_tensor(self) -> Tensor:
         raise NotImplementedError
@@ -357,9 +373,15 @@ class _StreamCopies:
         raise NotImplementedError
 
     def step(self, actions) -> CopiesStep:
-        actions = torch.as_tensor(np.asarray(actions), device=self.device)
-        out = self.step_tensors(actions)
-        return CopiesStep(*(value.cpu().numpy() for value in out))
+        """:meth:`step_tensors` with NumPy actions and answers: on an accelerator the answer
+        and the next observations come to the host in one copy (one synchronisation a step);
+        on the CPU the arrays are views of the tensors."""
+        out = self.step_tensors(torch.as_tensor(np.asarray(actions), device=self.device))
+        if self.device.type == "cpu":
+            self._host_obs = None
+            return CopiesStep(*(value.numpy() for value in out))
+        answer, self._host_obs = host_answer(out, self.obs_tensor())
+        return answer
 
     def reseed(self, indices: list[int], seeds: list[int]) -> None:
         """Start new episodes in copies ``indices``, their streams now those of ``seeds``."""
@@ -370,6 +392,7 @@ class _StreamCopies:
         self.counters[rows] = 0
         self._draws[rows] = self._block(self.keys[rows], self.counters[rows])
         self._start(rows, self._first(self.keys[rows]))
+        self._host_obs = None
 
     def state_dict(self, indices: list[int] | None = None) -> dict[str, Any]:
         chosen = torch.arange(len(self)) if indices is None else torch.as_tensor(list(indices))
@@ -389,6 +412,7 @@ class _StreamCopies:
             setattr(self, name, state[name].to(self.device).clone())
         self._position = 0
         self._draws = self._block(self.keys, self.counters)
+        self._host_obs = None
         return False
 
 
@@ -613,5 +637,6 @@ def check_backend(env_config) -> None:
 
 
 __all__ = ["DEVICE_WORLDS", "ENV_BACKENDS", "NavigationCopies", "TabularCopies", "TabularLaw",
-           "TensorStep", "check_backend", "choose", "device_copies", "fenced", "goal_distance", "in_region",
-           "mix32", "normals", "seed_keys", "tabular_law", "uniforms"]
+           "TensorStep", "check_backend", "choose", "device_copies", "fenced", "goal_distance",
+           "host_answer", "in_region", "mix32", "normals", "seed_keys", "tabular_law",
+           "uniforms"]
