@@ -177,3 +177,35 @@ def test_the_memory_estimate_counts_rollouts_not_a_replay_memory(a2c, compose):
         check_memory(settings, problem, host=(40 * 10**6, "a test figure"))
     assert error.value.key == "agent.rollout_steps"
     assert "(the rollouts: 48 MB)" in str(error.value)
+
+
+def test_a_rollout_stopped_half_collected_resumes_to_the_same_minibatch(a2c, compose):
+    """A SIGTERM between two steps of a rollout's collection: the checkpoint holds the half
+    rollout (and the draws' generators), and the resumed collection serves the minibatch the
+    uninterrupted one serves."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from rs_lightning.config.schema import validate
+    from rs_lightning.engine.build import build
+
+    settings = validate(compose(overrides(a2c)))
+
+    def collector_of(built):
+        return next(iter(built[0].train_dataloader()))
+
+    uninterrupted = collector_of(build(settings)).experience()
+    stopped_data, stopped_module = stopped = build(settings)
+    asked = iter(range(100))
+    with pytest.raises(SIGTERMException):
+        collector_of(stopped).experience(stop=lambda: next(asked) == 5)  # after 5 steps
+    assert collector_of(stopped).buffer.stored == 5
+    data_state, weights = stopped_data.state_dict(), stopped_module.state_dict()
+    exploration = stopped_module.exploration.state_dict()
+    resumed_data, resumed_module = resumed = build(settings)
+    resumed_module.load_state_dict(weights)
+    resumed_module.exploration.load_state_dict(exploration)
+    resumed_data.load_state_dict(data_state)
+    batch = collector_of(resumed).experience()
+    for name, value in uninterrupted.batch._asdict().items():
+        assert torch.equal(getattr(batch.batch, name), value), name
+    assert batch.env_steps == uninterrupted.env_steps == 32

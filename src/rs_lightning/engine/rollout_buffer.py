@@ -14,8 +14,9 @@ minibatches of a fresh permutation drawn from the member's own generator (seeded
 rollout starts after the last minibatch.
 
 The whole buffer is part of the checkpoint (the steps, the permutation of the pass under
-way, how many minibatches were served and the generators): a run resumed after any update
-goes on exactly as the uninterrupted one.
+way, how many minibatches were served and the generators): a run resumed after any update,
+or from a SIGTERM in the middle of a rollout's collection, goes on exactly as the
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -160,8 +161,15 @@ class RolloutBuffer:
         return self.data["reward"][:held].transpose(0, 1).reshape(self.members, -1)
 
     def truncate(self, reached: np.ndarray) -> None:
-        """The copies' episodes restarted (a resume): a rollout is never checkpointed half
-        collected (a whole one is collected within an update), so nothing is open."""
+        """The copies' episodes restarted (a resume of copies whose state a checkpoint cannot
+        hold): in a rollout stopped half collected (a SIGTERM between two steps), the last
+        step of every episode in progress is cut as by a time limit, bootstrapped from the
+        state it reached."""
+        if not self.data or self.stored == 0:
+            return
+        last = self.stored - 1
+        open_episodes = (self.data["terminated"][last] + self.data["truncated"][last]) == 0
+        self.data["truncated"][last][open_episodes] = 1.0
 
     def state_dict(self, members: Sequence[int], copies: Sequence[int]) -> dict[str, Any]:
         chosen = list(members)
