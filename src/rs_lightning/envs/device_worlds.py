@@ -10,14 +10,15 @@ its ``step`` draws from), a toy-text world's ``P[s][a]`` and start law; observat
 wrappers' own ``observation()`` of every state (one-hot, bounds), R_s the environment's own
 ``risk_outcome``. What the gymnasium step keeps beside the state (the grid worlds' shortcut
 flag, cliff walking's fall) becomes part of the state: state ``s * 2 + flag``. Nothing about
-a world's rules is written twice except the risky navigation's geometry, whose tensor form
-is tested against the scalar functions of :mod:`rs_lightning.envs.risky_navigation`.
+a tabular world's rules is written twice. The risky navigation's step (its fences, reward and
+R_s) has a tensor form of its own, tested against the gymnasium world step by step.
 
 **Random numbers.** Copy j draws from a counter-based stream of its own seed: the draws of
-its t-th step are a hash of (seed, t, slot) (:func:`uniforms`), so a copy's episodes depend
-on its seed alone (not on the other copies or the device), need no generator object per
-copy, and the state to checkpoint is two integers. The streams differ from numpy's, so a
-copy's episodes are those of the gymnasium world in law, not draw for draw.
+its t-th step are a hash of (seed, t, slot) (:func:`uniforms`, exact integer arithmetic on
+every device), so a copy's episodes depend on its seed alone, not on the other copies, need
+no generator object per copy, and its stream's state is its key and step count. The streams
+differ from NumPy's, so a copy's episodes are those of the gymnasium world in law, not draw
+for draw.
 
 **Episodes** end and restart as :class:`~rs_lightning.envs.copies.GymCopies`' do (same-step
 autoreset, unseeded restart: the copy's stream goes on): a world's own time limit (grid
