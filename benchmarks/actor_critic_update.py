@@ -1,0 +1,105 @@
+"""The cost of one gradient update on Pendulum-v1 (batch 256): our actor-critics against
+Stable-Baselines3's SAC, at the zoo's 256 x 256 networks and at 64 x 64, in one process.
+
+    python benchmarks/actor_critic_update.py             # 5 rounds of 20 updates a case
+    python benchmarks/actor_critic_update.py --rounds 9 --clock wall
+
+Ours: ``experiment=pendulum`` (``agent.hidden_sizes`` set per case; 64 x 64 is
+``experiment=pendulum_fast``), built as a run builds it, one update being ``Members.loss``,
+backward, clipping, Adam and the Polyak step of the targets, on random batches. SB3:
+``SAC.train`` with the zoo's learning rate after 300 steps of ``learn``. Every case runs a
+block of updates in turn, round after round, and the ratio to SB3 SAC at 256 x 256 is the
+median of the per-round ratios. The clock is the process's CPU time by default (a machine
+whose cores other work shares), one torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 256
+
+
+def ours(agent: str, width: int):
+    import pytorch_lightning as pl
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from rs_lightning.config.schema import validate
+    from rs_lightning.engine.build import build, quiet_lightning
+    from rs_lightning.types import Transitions
+
+    quiet_lightning()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose(config_name="train", overrides=[
+            "experiment=pendulum", f"agent={agent}", "logger=none", "alpha=1",
+            f"agent.hidden_sizes=[{width},{width}]"])
+    pl.seed_everything(0, verbose=False)
+    _, module = build(validate(config))
+    optimizer = module.configure_optimizers()
+    members, choose_action = module.members, module.utility.greedy
+    generator = torch.Generator().manual_seed(0)
+
+    def update() -> None:
+        terminated = (torch.rand(1, BATCH, generator=generator) < 0.01).float()
+        batch = Transitions(
+            torch.randn(1, BATCH, 3, generator=generator),
+            torch.rand(1, BATCH, 1, generator=generator) * 2 - 1,
+            torch.randn(1, BATCH, generator=generator),
+            torch.randn(1, BATCH, 3, generator=generator), terminated, 0.99 * (1 - terminated))
+        losses, _ = members.loss(batch, module.target_members, choose_action)
+        members.zero_gradients()
+        losses.sum().backward()
+        members.clip_gradients(100.0)
+        optimizer.step()
+        module._update_targets()
+
+    return lambda n: [update() for _ in range(n)]
+
+
+def sb3_sac(width: int):
+    import gymnasium as gym
+    from stable_baselines3 import SAC
+
+    model = SAC("MlpPolicy", gym.make("Pendulum-v1"), learning_rate=1e-3, verbose=0, seed=0,
+                policy_kwargs={"net_arch": [width, width]})
+    model.learn(300)
+    return lambda n: model.train(gradient_steps=n, batch_size=BATCH)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--block", type=int, default=20, help="updates a case runs in turn")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    cases = {"ours_dsac_64": ours("dsac", 64), "ours_tqc_64": ours("tqc", 64),
+             "ours_dsac_256": ours("dsac", 256), "ours_tqc_256": ours("tqc", 256),
+             "sb3_sac_256": sb3_sac(256), "sb3_sac_64": sb3_sac(64)}
+    for run in cases.values():  # warm-up
+        run(5)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, run in cases.items():
+            start = clock()
+            run(args.block)
+            times[name].append((clock() - start) / args.block * 1e3)
+    reference = times["sb3_sac_256"]
+    print(f"ms per update ({args.clock} clock), median (min-max) over {args.rounds} rounds; "
+          "ratio to sb3_sac_256 (median of the rounds' ratios)")
+    for name, values in times.items():
+        ratio = statistics.median(a / b for a, b in zip(values, reference))
+        print(f"  {name:15s} {statistics.median(values):8.2f} ({min(values):.2f}-"
+              f"{max(values):.2f})  {ratio:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
