@@ -9,7 +9,7 @@ rate and return after a fixed budget on MuJoCo's HalfCheetah-v5.
     python benchmarks/peers.py --out peers.json  # also save every raw number
     python benchmarks/peers.py --agents --peers tianshou_c51 tianshou_iqn --peer-criterion published
     python benchmarks/peers.py --world pendulum  # TQC, DSAC against SB3 SAC, sb3-contrib TQC
-    python benchmarks/peers.py --world pendulum --preset pendulum_fast  # ours with 64 x 64 networks
+    python benchmarks/peers.py --world pendulum --preset my_pendulum  # ours with another preset
     python benchmarks/peers.py --world half_cheetah --seeds 0 1 2 --agents tqc --peers sb3_tqc
     python benchmarks/peers.py --world cartpole_ppo  # PPO against SB3's PPO, the Zoo's settings
 
@@ -21,9 +21,8 @@ trainer.stop_at_return=-200`` (SB3's SAC defaults and the zoo's learning rate; i
 evaluation every 500 updates, after the 100 warm-up steps). The peers: SB3's SAC and
 sb3-contrib's TQC with the zoo's Pendulum-v1 settings (``SB3_ZOO``: a learning rate of
 1e-3, the libraries' defaults for the rest). The target: our best median at most the
-fastest peer's. ``--preset pendulum_fast`` trains ours with actor and critics of 64 x 64
-instead of the zoo's 256 x 256 (the peers keep theirs): not equal settings, the time a user of
-this package waits with its preset.
+fastest peer's. ``--preset <name>`` trains ours with ``experiment=<name>`` instead (the
+peers keep their settings): a candidate preset timed against the same peers.
 
 **CartPole-v1 with PPO** (``--world cartpole_ppo``) is scored as CartPole below (20 greedy
 episodes, a mean of 475, 100,000 steps, 600 s), evaluated every 2,560 environment steps (10
@@ -954,8 +953,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="extra Hydra overrides for our runs, e.g. learning.lr=3e-3")
     parser.add_argument("--preset",
-                        help="our runs' experiment preset in place of the world's own, e.g. "
-                             "pendulum_fast on --world pendulum")
+                        help="our runs' experiment preset in place of the world's own (the "
+                             "peers unchanged)")
     parser.add_argument("--out", type=Path, help="write every raw number to this JSON file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--merge", type=Path, nargs="+",

@@ -208,12 +208,12 @@ def test_pendulum_world_runs_the_actor_critics_against_sb3_with_its_own_test(cap
 
 
 def test_preset_replaces_the_worlds_experiment_for_our_runs_only(capsys):
-    """--preset pendulum_fast: our runs train with that preset (64 x 64 networks), the peers'
-    commands stay as they are."""
+    """--preset <name>: our runs train with experiment=<name> in place of the world's preset,
+    the rest of their command and the peers' commands as they are."""
     assert peers.main(["--world", "pendulum", "--dry-run", "--seeds", "0", "--agents", "dsac",
-                       "--peers", "sb3_sac", "--preset", "pendulum_fast"]) == 0
+                       "--peers", "sb3_sac", "--preset", "my_pendulum"]) == 0
     ours, peer = capsys.readouterr().out.strip().splitlines()
-    assert "train.py experiment=pendulum_fast agent=dsac trainer.max_steps=20000" in ours
+    assert "train.py experiment=my_pendulum agent=dsac trainer.max_steps=20000 alpha=1" in ours
     assert "experiment=" not in peer and "--worker sb3_sac" in peer
 
 
