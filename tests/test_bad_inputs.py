@@ -227,6 +227,8 @@ CASES = [
          "env.backend", "steps with env.backend=gymnasium", cli=True),
     Case("torch backend with a time limit on a grid world", ["env.backend=torch",
          "env.max_episode_steps=5"], "env.max_episode_steps", "must be null"),
+    Case("an env preset without a backend (written before the key)", ["~env.backend"],
+         "env.backend", "adds `backend: gymnasium`", cli=True),
     Case("negative fault injection step", ["fault_injection.nan_loss_at_step=-1"],
          "fault_injection.nan_loss_at_step", "a positive step or null"),
     Case("empty hidden sizes", ["agent.hidden_sizes=[]"], "agent.hidden_sizes",

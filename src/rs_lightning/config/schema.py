@@ -509,8 +509,17 @@ def _structured(schema_class, node, root: str = "") -> Any:
         key = getattr(error, "full_key", None) or root or "config"
         if root and not key.startswith(root):
             key = f"{root}.{key}"
-        raise ConfigError(key, omegaconf_message(str(error).split("\n")[0],
-                                              getattr(error, "value", None))) from None
+        message = omegaconf_message(str(error).split("\n")[0], getattr(error, "value", None))
+        if key in MISSING_HINTS and "value is required" in message:
+            message = f"a value is required here: {MISSING_HINTS[key]}"
+        raise ConfigError(key, message) from None
+
+
+# Keys newer than the presets users may have written: what to add to such a preset.
+MISSING_HINTS = {
+    "env.backend": "gymnasium (any environment) or torch (the package's own worlds); an env "
+                   "preset of your own written before it existed adds `backend: gymnasium`",
+}
 
 
 _TYPE_NAMES = {"Float": "a number", "Integer": "an integer", "Boolean": "true or false",
