@@ -291,19 +291,23 @@ def test_references_on_frozen_lake():
     model = tr.tabular_model(gym.make("FrozenLake-v1", map_name="4x4"))
     policy = tr.expectation_optimal_policy(model, 0.99)
     out = tr.references(model, policy, Utility(0.5, "cvar", {"rho": RHO}), 0.99)
-    estimated = {"exact_static_utility_kind", "exact_static_utility_error",
-                 "per_decision_static_utility_kind", "per_decision_static_utility_error",
-                 "static_optimum_kind", "greedy_actions", "per_decision_start"}
-    # CVaR's static optimum: an interval from the two threshold programmes
+    # A time limit and repeated states: every figure an interval (tabular_bounds), which the
+    # goal's reward alone moves off the baseline, so its ends are close.
+    bounded = {"exact_static_utility_kind", "exact_static_utility_upper",
+               "per_decision_static_utility_kind", "per_decision_static_utility_upper",
+               "static_optimum_kind", "greedy_actions", "per_decision_start"}
     assert set(out) == {"exact_static_utility", "per_decision_path",
                         "per_decision_static_utility", "static_optimum", "static_gap",
-                        "static_optimum_upper", "static_gap_upper", *estimated}
+                        "static_optimum_upper", "static_gap_upper", *bounded}
     assert out["exact_static_utility_kind"] == out["per_decision_static_utility_kind"] == (
-        "estimate") and out["static_optimum_kind"] == "interval"
+        "interval") == out["static_optimum_kind"]
     assert out["static_optimum"] <= out["static_optimum_upper"] < out["static_optimum"] + 0.01
     assert 0.0 <= out["exact_static_utility"] <= out["static_optimum"] + 1e-3
+    assert out["exact_static_utility_upper"] - out["exact_static_utility"] < 1e-3
+    # a measure outside tr.MONOTONE_RISKS: the grid's estimate, no bound
     wang = tr.references(model, policy, Utility(0.5, "wang", {"eta": -0.75}), 0.99)
     assert set(wang) == {"exact_static_utility", "exact_static_utility_kind", "greedy_actions"}
+    estimated = bounded
     var = tr.references(model, policy, Utility(0.5, "var", {"rho": RHO}), 0.99)
     assert set(var) == {"exact_static_utility", "per_decision_path",
                         "per_decision_static_utility", "static_optimum", "static_gap",
@@ -321,12 +325,14 @@ def test_a_cliff_walking_run_writes_the_references_into_eval_json(compose, tmp_p
                  "evaluation.every_n_steps=0", "evaluation.episodes=5"]), run_dir=run_dir)
     summary = json.loads((run_dir / "eval.json").read_text())
     assert lane_rows(summary["per_decision_path"]) == {1}  # alpha 0.5 with VaR_0.1
-    assert summary["per_decision_static_utility"] == pytest.approx(-15.19, abs=0.05)
+    assert summary["per_decision_static_utility"] == pytest.approx(-15.1665, abs=1e-4)
     assert np.isfinite(summary["exact_static_utility"])
-    # VaR: the optimum is bounded (module docstring, "Static VaR"): the per-decision policy
-    # one row up is the best policy examined, and the Lagrangian bound lies 0.03 above it.
-    assert summary["static_optimum"] == pytest.approx(-15.19, abs=0.05)
-    assert summary["static_optimum_upper"] == pytest.approx(-15.16, abs=0.05)
+    # VaR: a sound interval (tabular_bounds): a penalised policy of the threshold attains
+    # -15.141, above the per-decision one's -15.1665; weak duality puts the optimum below -15.047.
+    assert summary["per_decision_static_utility_kind"] == summary["static_optimum_kind"] == (
+        "interval")
+    assert summary["static_optimum"] == pytest.approx(-15.141, abs=0.005)
+    assert summary["static_optimum_upper"] == pytest.approx(-15.047, abs=0.005)
     assert summary["static_gap"] <= summary["static_gap_upper"]
     # The results' exact table shows the references beside empty exact E, VaR, CVaR cells.
     from rs_lightning.analysis.results import (

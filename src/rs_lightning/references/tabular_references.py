@@ -25,9 +25,14 @@ the exact laws by :mod:`.tabular_exact`: the atoms are the exact discounted retu
 per-decision iteration's ties are exact ties (the current action is kept), the static CVaR
 optimum is exact, and the static VaR optimum is exact where a search over the tree of
 histories closes the gap between its two bounds, else an interval (a policy's value below,
-weak duality above). The rest of this docstring is about the other models (cliff walking,
-FrozenLake): there the figures are estimates on grids, and ``eval.json`` says so
-(``<key>_kind``, :func:`references`).
+weak duality above). Where states can repeat but a time limit ends every episode (cliff
+walking, FrozenLake: :func:`is_bounded`), every figure is a sound interval from
+:mod:`.tabular_bounds`: a policy's (the per-decision fixed point's, the random policy's, a
+run's) from two laws that bound its law stochastically, the static optima from threshold
+programmes read at the grid point below and above. The rest of this docstring is about the
+grid that remains: the laws the per-decision iteration decides on there (so its fixed point
+is that iteration's), and the figures of models without a time limit, which are estimates,
+as ``eval.json`` says (``<key>_kind``, :func:`references`).
 
 Laws live on a fixed uniform grid of atoms (:class:`ReturnGrid`, spacing ``delta``) that
 covers every discounted return the model allows. A value r + gamma z that falls between two
@@ -57,10 +62,12 @@ dense where the returns lie), so the optimum is within kappa delta_y / (2 (1 - g
 DP's value, delta_y the widest spacing the thresholds meet (a loose bound; measured on cliff
 walking: 1001, 2001 and 4001 thresholds give -15.920, -15.905 and -15.898, halving the
 difference each time, so 2001 is about 0.015 below the limit). Interpolated, that value is an
-estimate; :func:`static_optimum` reports two sound bounds instead (:func:`static_cvar_bounds`):
-W_t(s, y) does not increase with y, so reading each next threshold at the grid point above
-(below) gives at most (at least) the programme's value at every grid point. On cliff walking
-with 8001 thresholds they are [-15.925, -15.849].
+estimate. :func:`static_cvar_bounds` gives two sound bounds on this grid: W_t(s, y) does not
+increase with y, so reading each next threshold at the grid point above (below) gives at
+most (at least) the programme's value at every grid point (with a time limit
+:func:`static_optimum` uses the tighter ones of :mod:`.tabular_bounds`, whose thresholds
+move only at exceptional rewards: [-15.8902, -15.8892] on cliff walking against this
+grid's [-15.925, -15.849] with 8001 thresholds).
 
 Static spectral risk, alpha E[S] + (1 - alpha) sum_i w_i CVaR_rho_i[S] with two levels: the
 same with two thresholds, max_b E[alpha S + (1 - alpha) sum_i w_i (b_i - (b_i - S)^+ / rho_i)].
