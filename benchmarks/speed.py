@@ -508,6 +508,7 @@ def main() -> None:
                          f"{show(per_round(case, single))} | |")
     for case in cases:
         if (case.startswith("lightning_") and case != "lightning_dqn" and "lightning_dqn" in per_step
+                and not case.endswith(BASELINE)  # its ratio to this tree is listed above
                 and not _continuous(case.removeprefix("lightning_"))):  # another world
             pair = (case, "lightning_dqn")
             if pair not in TARGETS:
