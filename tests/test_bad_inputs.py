@@ -297,7 +297,7 @@ CASES = [
          "rejects these arguments"),
     Case("continuous actions for a discrete agent", ["env=pendulum", "agent=dqn"], "agent",
          "dqn picks among discrete actions, and 'Pendulum-v1' has continuous ones (a Box); "
-         "allowed: dsac, tqc", cli=True),
+         "allowed: dsac, ppo, tqc", cli=True),
     Case("discrete actions for an actor-critic", ["env=cartpole", "agent=tqc"], "agent",
          "tqc acts in a continuous box, and 'CartPole-v1' has 2 discrete actions; allowed:",
          cli=True),
