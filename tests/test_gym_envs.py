@@ -144,7 +144,7 @@ def train_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, line", [
     (["env=pendulum"],
      "Error in config: agent: rs_umdqn_c picks among discrete actions, and 'Pendulum-v1' has "
-     "continuous ones (a Box); allowed: dsac, tqc"),
+     "continuous ones (a Box); allowed: dsac, ppo, tqc"),
     (["env=gym", "env.id=tests.gym_test_envs:Video-v0"],
      "Error in config: env.id: 'tests.gym_test_envs:Video-v0' has observation space "
      "Box(0, 255, (2, 4, 4, 3), uint8); supported: a 1-D Box"),

@@ -117,7 +117,10 @@ def conditioned(compose, *overrides):
     return compose([*QUICK, "agent.risk_conditioned=true", *overrides])
 
 
-@pytest.mark.parametrize("agent", sorted(set(AGENTS) - {"dqn"}))
+# Replay agents: an on-policy agent learns at the run's own setting and is refused
+# (tests/test_on_policy.py).
+@pytest.mark.parametrize("agent", sorted(name for name, (cls, _) in AGENTS.items()
+                                         if name != "dqn" and not cls.on_policy))
 def test_every_distributional_agent_trains_risk_conditioned(compose, tmp_path, agent):
     """A short run of each agent (one seed: the looped path, with UMDQN's bootstrapped rows);
     the trained network's Z(s, a | setting) depends on the setting. (That its greedy action
