@@ -75,14 +75,16 @@ def test_stored_transitions_carry_exact_next_state_features(compose, n_step):
     datamodule.setup()
     collector = datamodule.collector
 
-    class RandomActions:  # the module's network chooses the episodes' thresholds
-        device, network = module.device, module.network
+    behaviour = collector.policy
 
-        def act(self, obs, step, state):
-            return np.random.default_rng(step).integers(4, size=obs.shape[:2])
+    class RandomActions(type(behaviour)):  # the members' network chooses the thresholds
+        def act(self, obs, env_step, state):
+            return np.random.default_rng(env_step).integers(4, size=obs.shape[:2])
 
+    collector.policy = RandomActions(behaviour.members, behaviour.objective,
+                                     behaviour.exploration)
     for _ in range(40):
-        collector.step(RandomActions())
+        collector.collect()
     replay = collector.replay
     static = settings.objective.static
     c, g, b = static.decode(replay.obs[:, :replay.size])
