@@ -128,8 +128,6 @@ def episode_law_bounds(model, policy: np.ndarray, gamma: float,
 
 
 def _tail(model, gamma: float, steps: int) -> tuple[float, float]:
-    from rs_lightning.references.tabular_references import return_bounds
-
     low, high = return_bounds(model, gamma)
     return gamma ** steps * low, gamma ** steps * high
 
@@ -139,8 +137,6 @@ def _forward(model, groups, gamma: float, steps: int, baseline: float, spacing: 
     """One of the two bounding laws: every deviation rounded in ``direction``; the
     deviations whose mass together stays below NEGLIGIBLE a step are moved to the lowest
     (direction -1) or highest return any episode can have."""
-    from rs_lightning.references.tabular_references import return_bounds
-
     extreme = return_bounds(model, gamma)[(direction + 1) // 2]
     mass = model.start[:, None].astype(np.float64)  # [S, cells], cell j = deviation (lo + j)
     lo = 0
@@ -248,8 +244,6 @@ class _Programme:
 
 
 def _programme(model, gamma: float, low: float, high: float) -> _Programme:
-    from rs_lightning.references.tabular_references import optimal_expectation
-
     steps = _steps(model, gamma)
     baseline = baseline_reward(model)
     spacing = max(_spacing(model, gamma, steps), (high - low) / (MAX_THRESHOLDS - 1))
@@ -313,8 +307,6 @@ def _threshold_range(model, gamma: float, alpha: float, lower: float
                      ) -> tuple[float, float, float]:
     """The thresholds worth searching, from (lower - alpha E*) / (1 - alpha) to the highest
     return an episode can have (no VaR is above it), and E*."""
-    from rs_lightning.references.tabular_references import optimal_expectation
-
     best, _ = optimal_expectation(model, gamma)
     return (lower - alpha * best) / (1.0 - alpha), highest_return(model, gamma), best
 
@@ -354,8 +346,6 @@ def static_spectral_bounds(model, alpha: float, levels: tuple[float, ...],
     increase with b_1, so over offsets in [e_j, e_{j+1}] the optimum is at most the
     programme's at e_{j+1} plus (1 - alpha) w_1 (e_{j+1} - e_j); the offsets are refined
     where that bound is above the best value found."""
-    from rs_lightning.references.tabular_references import return_bounds
-
     b_low, b_high, best_mean = _threshold_range(model, gamma, alpha, lower)
     low, _ = return_bounds(model, gamma)
     b_low = max(b_low, low)
@@ -412,8 +402,6 @@ def static_var_bounds(model, alpha: float, rho: float, gamma: float, lower: floa
     {alpha E[S] : P(S < y) < rho'}; for a penalty lambda the programme maximising
     E[alpha S - lambda 1{S < y}] bounds the inner maximum by alpha E - lambda P + lambda rho'
     (read below), and its policy reading above is feasible where its P is below rho'."""
-    from rs_lightning.references.tabular_references import return_bounds
-
     level = rho - min(LEVEL_TOLERANCE, 0.5 * rho)
     b_low, b_high, best_mean = _threshold_range(model, gamma, alpha, lower)
     low, high = return_bounds(model, gamma)
@@ -505,3 +493,47 @@ __all__ = [
     "LawBounds", "baseline_reward", "episode_law_bounds", "policy_utility_bounds",
     "static_cvar_bounds", "static_spectral_bounds", "static_var_bounds", "utility_bounds",
 ]
+
+
+# The model's return range and best expectation, read here and by tabular_references
+# (which imports this module, so they live here).
+def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
+    """The lowest and highest discounted return any policy can get from any state (no time
+    limit; 0 included, the return of a truncated remainder): min / max value iteration
+    over outcomes of positive probability, started from a valid bound, so every iterate
+    stays one."""
+    possible = model.probs > 0
+    rewards = np.where(possible, model.rewards, np.nan)
+    r_low, r_high = float(np.nanmin(rewards)), float(np.nanmax(rewards))
+    low = np.full(model.n_states, min(r_low, 0.0) / (1.0 - gamma))
+    high = np.full(model.n_states, max(r_high, 0.0) / (1.0 - gamma))
+    for _ in range(100_000):
+        go_on = np.where(model.terminal, 0.0, gamma)
+        new_low = np.where(possible, model.rewards + go_on * low[model.next_states], np.inf)
+        new_high = np.where(possible, model.rewards + go_on * high[model.next_states], -np.inf)
+        new_low, new_high = new_low.min((1, 2)), new_high.max((1, 2))
+        moved = max(np.abs(new_low - low).max(), np.abs(new_high - high).max())
+        low, high = new_low, new_high
+        if moved < 1e-9:
+            break
+    return min(float(low.min()), 0.0), max(float(high.max()), 0.0)
+
+def _expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
+    go_on = np.where(model.terminal, 0.0, gamma)
+    return (model.probs * (model.rewards + go_on * values[model.next_states])).sum(-1)
+
+def _horizon(model: TabularModel, gamma: float) -> int:
+    """The time limit, or, without one, the steps after which gamma^t of any return is
+    below 1e-9 of the returns' range."""
+    if model.horizon is not None:
+        return int(model.horizon)
+    return math.ceil(math.log(1e-9) / math.log(gamma))
+
+def optimal_expectation(model: TabularModel, gamma: float) -> tuple[float, np.ndarray]:
+    """max E[sum_{t < H} gamma^t r_t] from the start by finite-horizon value iteration
+    (policies of state and step), and the values V_t(s) for t = 0..H -> ``[H + 1, S]``."""
+    horizon = _horizon(model, gamma)
+    values = np.zeros((horizon + 1, model.n_states))
+    for t in range(horizon - 1, -1, -1):
+        values[t] = _expected_q(model, values[t + 1], gamma).max(1)
+    return float(model.start @ values[0]), values

@@ -112,6 +112,8 @@ import numpy as np
 import torch
 
 from rs_lightning.references import tabular_bounds, tabular_exact
+from rs_lightning.references.tabular_bounds import (_expected_q, _horizon, optimal_expectation,
+                                                    return_bounds)
 from rs_lightning.references.entropic import entropic_programme
 from rs_lightning.references.policy_iteration import (
     CYCLE,
@@ -242,26 +244,6 @@ _ACYCLIC: dict[int, tuple[TabularModel, bool]] = {}
 # --------------------------------------------------------------------------- return grid
 
 
-def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
-    """The lowest and highest discounted return any policy can get from any state (no time
-    limit; 0 included, the return of a truncated remainder): min / max value iteration
-    over outcomes of positive probability, started from a valid bound, so every iterate
-    stays one."""
-    possible = model.probs > 0
-    rewards = np.where(possible, model.rewards, np.nan)
-    r_low, r_high = float(np.nanmin(rewards)), float(np.nanmax(rewards))
-    low = np.full(model.n_states, min(r_low, 0.0) / (1.0 - gamma))
-    high = np.full(model.n_states, max(r_high, 0.0) / (1.0 - gamma))
-    for _ in range(100_000):
-        go_on = np.where(model.terminal, 0.0, gamma)
-        new_low = np.where(possible, model.rewards + go_on * low[model.next_states], np.inf)
-        new_high = np.where(possible, model.rewards + go_on * high[model.next_states], -np.inf)
-        new_low, new_high = new_low.min((1, 2)), new_high.max((1, 2))
-        moved = max(np.abs(new_low - low).max(), np.abs(new_high - high).max())
-        low, high = new_low, new_high
-        if moved < 1e-9:
-            break
-    return min(float(low.min()), 0.0), max(float(high.max()), 0.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -582,9 +564,6 @@ def expectation_optimal_policy(model: TabularModel, gamma: float) -> np.ndarray:
     return _expected_q(model, values, gamma).argmax(1)
 
 
-def _expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
-    go_on = np.where(model.terminal, 0.0, gamma)
-    return (model.probs * (model.rewards + go_on * values[model.next_states])).sum(-1)
 
 
 def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float,
@@ -629,22 +608,8 @@ class StaticOptimum:
     kind: str = "estimate"
 
 
-def _horizon(model: TabularModel, gamma: float) -> int:
-    """The time limit, or, without one, the steps after which gamma^t of any return is
-    below 1e-9 of the returns' range."""
-    if model.horizon is not None:
-        return int(model.horizon)
-    return math.ceil(math.log(1e-9) / math.log(gamma))
 
 
-def optimal_expectation(model: TabularModel, gamma: float) -> tuple[float, np.ndarray]:
-    """max E[sum_{t < H} gamma^t r_t] from the start by finite-horizon value iteration
-    (policies of state and step), and the values V_t(s) for t = 0..H -> ``[H + 1, S]``."""
-    horizon = _horizon(model, gamma)
-    values = np.zeros((horizon + 1, model.n_states))
-    for t in range(horizon - 1, -1, -1):
-        values[t] = _expected_q(model, values[t + 1], gamma).max(1)
-    return float(model.start @ values[0]), values
 
 
 def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: float,
