@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import rs_lightning
-from rs_lightning.agents import AGENTS
 from tests.conftest import agents_by_actions
 
 # Every cell of the 3 x 3 grid worlds: the observations of the default environment.
@@ -29,7 +28,7 @@ def runs(tmp_path_factory):
     from tests.conftest import CONF
 
     folders = {}
-    for agent in sorted(AGENTS):
+    for agent in [*DISCRETE, *CONTINUOUS]:  # the replay agents (PPO: tests/test_ppo.py)
         folder = tmp_path_factory.mktemp(agent)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             world = ["env=risky_navigation"] if agent in CONTINUOUS else []
