@@ -82,6 +82,14 @@ def agents_by_actions(continuous: bool) -> list[str]:
     return sorted(n for n, (cls, _) in AGENTS.items() if cls.continuous_actions == continuous)
 
 
+def replay_agents() -> list[str]:
+    """The registered agents that learn from a replay memory (a loss of a replay batch); the
+    on-policy agents' contract is tests/test_on_policy.py and tests/test_ppo.py."""
+    from rs_lightning.agents import AGENTS
+
+    return sorted(n for n, (cls, _) in AGENTS.items() if not cls.on_policy)
+
+
 def short_finished_run(run_dir: Path, agent: str) -> Path:
     """A finished 40-update run of ``agent`` on risky rewards (debug=quick, 20 evaluation
     episodes) in ``run_dir``: what the tools read."""

@@ -40,12 +40,10 @@ from rs_lightning.risk import (
     from_cdf,
     value_at_risk,
 )
-from tests.conftest import CONF, agents_by_actions
+from tests.conftest import CONF, agents_by_actions, replay_agents
 from tests.test_risk import Mixture
 
-# The replay agents, whose loss takes a replay batch; the on-policy agents' contract is
-# tests/test_on_policy.py and tests/test_ppo.py.
-NAMES = sorted(n for n, (cls, _) in AGENTS.items() if not cls.on_policy)
+NAMES = replay_agents()
 # The value-based agents pick among actions by choose_action; the actor-critics act in a box
 # (their own contract: tests/test_actor_critic.py).
 DISCRETE = agents_by_actions(continuous=False)

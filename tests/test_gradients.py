@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.agents import AGENTS
 from rs_lightning.agents.members import FlatGradients, LoopedMembers
 from rs_lightning.risk import Utility
 from rs_lightning.types import Transitions
+from tests.conftest import replay_agents
 from tests.test_parallel_seeds import agent_of
 
 
@@ -29,7 +29,7 @@ def batch_of(seed: int, size: int = 16, continuous: bool = False) -> Transitions
     )
 
 
-@pytest.mark.parametrize("name", sorted(n for n, (cls, _) in AGENTS.items() if not cls.on_policy))
+@pytest.mark.parametrize("name", replay_agents())
 def test_flat_gradients_train_as_clip_grad_norm_does(name):
     """Five updates of an agent through LoopedMembers (flat buffer, from the first clipping
     on) and through plain torch calls end with identical weights, to the last bit; the

@@ -12,6 +12,7 @@ from rs_lightning.agents.base import Problem, linear
 from rs_lightning.agents.members import member_state, stack_members
 from rs_lightning.analysis.results import collect
 from rs_lightning.app.train import run
+from tests.conftest import replay_agents
 
 PROBLEM = Problem(obs_dim=2, n_actions=4, gamma=0.9, return_min=-2.0, return_max=2.0)
 # The actor-critics' problem: the same states, continuous actions in [-1, 1]^2.
@@ -19,7 +20,7 @@ BOX = Problem(obs_dim=2, n_actions=1, gamma=0.9, return_min=-2.0, return_max=2.0
 STACKABLE = sorted(name for name, (cls, _) in AGENTS.items() if cls.supports_members)
 # Replay agents: a loss of a replay batch (the on-policy agents' members: tests/test_ppo.py,
 # tests/test_on_policy.py).
-STACKABLE_REPLAY = [name for name in STACKABLE if not AGENTS[name][0].on_policy]
+STACKABLE_REPLAY = [name for name in STACKABLE if name in replay_agents()]
 
 
 def agent_of(name: str, seed: int, **settings):

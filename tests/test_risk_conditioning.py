@@ -22,7 +22,7 @@ from rs_lightning.risk import (
     declared_parameter,
 )
 from rs_lightning.risk.conditioning import RiskConditioning, widen
-from tests.conftest import ROOT, run_and_resume_from_step_100
+from tests.conftest import ROOT, replay_agents, run_and_resume_from_step_100
 from tests.warm_python import command as python_command
 
 QUICK = ["debug=quick", "logger=none", "callbacks.progress_bar=false",
@@ -119,8 +119,7 @@ def conditioned(compose, *overrides):
 
 # Replay agents: an on-policy agent learns at the run's own setting and is refused
 # (tests/test_on_policy.py).
-@pytest.mark.parametrize("agent", sorted(name for name, (cls, _) in AGENTS.items()
-                                         if name != "dqn" and not cls.on_policy))
+@pytest.mark.parametrize("agent", [name for name in replay_agents() if name != "dqn"])
 def test_every_distributional_agent_trains_risk_conditioned(compose, tmp_path, agent):
     """A short run of each agent (one seed: the looped path, with UMDQN's bootstrapped rows);
     the trained network's Z(s, a | setting) depends on the setting. (That its greedy action
