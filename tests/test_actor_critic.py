@@ -275,7 +275,7 @@ def quick(compose, *overrides):
                     "evaluation.every_n_steps=100", *overrides])
 
 
-@pytest.mark.parametrize("agent", ["tqc", "dsac"])
+@pytest.mark.parametrize("agent", ["tqc", pytest.param("dsac", marks=pytest.mark.slow)])
 def test_members_copies_and_n_step_returns_train_and_resume_exactly(compose, tmp_path, agent):
     """Two members, two copies each, 3-step returns, an update every other step:
     the run from its step-100 checkpoint ends exactly as the uninterrupted one."""

@@ -219,6 +219,36 @@ def test_the_sweep_leaves_out_the_pairs_the_config_refuses():
     assert not any("agent=dqn" in job and "objective=static" in job for job in jobs)
 
 
+def test_in_a_sweep_the_rules_that_depend_on_the_risk_setting_apply_too():
+    """With Hydra's context (as in ``python train.py -m``) each job is composed, so PPO's
+    per_decision jobs are left out under a risk measure and kept at alpha 1."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import HydraContext, RunMode
+
+    import rs_lightning.app.run_names  # noqa: F401  (the folder names' resolvers)
+    from tests.conftest import CONF
+
+    sweep = ["env=two_stage", "agent=ppo,c51", "objective=per_decision,static", "risk=cvar",
+             "alpha=0.5,1.0"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        # Imported once Hydra has discovered its plugins (see _sweep_jobs).
+        from hydra_plugins.rs_lightning_sweepers.valid_pairs_sweeper import ValidPairsSweeper
+
+        loader = GlobalHydra.instance().config_loader()
+        sweeper = ValidPairsSweeper(max_batch_size=None)
+        sweeper.hydra_context = HydraContext(config_loader=loader, callbacks=None)
+        sweeper.config = loader.load_configuration("train", sweep, RunMode.MULTIRUN)
+        overrides = OverridesParser.create().parse_overrides(sweep)
+        jobs = [job for batch in sweeper.split_arguments(overrides, None) for job in batch]
+    kept = {(job[1], job[2], job[4]) for job in jobs}
+    assert ("agent=ppo", "objective=per_decision", "alpha=0.5") not in kept
+    assert ("agent=ppo", "objective=per_decision", "alpha=1.0") in kept
+    assert ("agent=ppo", "objective=static", "alpha=0.5") in kept
+    assert len(jobs) == 7  # c51: 4; ppo: static at both, per_decision at alpha 1
+
+
 def test_a_tiny_benchmark_end_to_end(tmp_path):
     # 1 agent, 1 measure, 1 objective, 1 world, 1 seed, a few hundred updates
     status = command.main(["--worlds", "two_stage", "--agents", "c51", "--measures", "cvar",

@@ -518,6 +518,7 @@ def test_reach_prints_the_update_and_the_training_time(tmp_path, capsys):
     assert lines[2] == f"{tmp_path / 'old'} | 200 | 232 | 480.0 | (not recorded)"
 
 
+@pytest.mark.slow  # about 45 s, mostly cliff walking's references at the final evaluation
 def test_heatmap_pools_the_seeds_of_a_parallel_seeds_run(compose, tmp_path):
     from rs_lightning.analysis.gym_results import greedy_visits, heatmap_panel
     from rs_lightning.app.commands.gym_results import main

@@ -215,6 +215,8 @@ def test_each_seed_ends_as_its_own_sequential_run(name, compose, tmp_path):
     assert sorted(row["seed"] for row in collect(tmp_path)) == [3, 3, 4, 4]
 
 
+# -m slow: a minute and more (FrozenLake's references); each agent's own case runs by default.
+@pytest.mark.slow
 def test_seeds_on_a_gymnasium_preset_match_their_sequential_runs(compose, tmp_path):
     """One-hot observations and reward scaling (cartpole's reward_scale) reach every seed."""
     quick = [*QUICK, "agent=dqn", "env=cartpole", "trainer.max_steps=80",

@@ -67,7 +67,8 @@ def brute_force_least_cost(region_cost: float, gate: float | None = None) -> flo
     return cost[(0, 0)]
 
 
-@pytest.mark.parametrize("gate, crossing_in_region", [(None, 12), (0.25, 13)])
+@pytest.mark.parametrize("gate, crossing_in_region", [
+    (None, 12), pytest.param(0.25, 13, marks=pytest.mark.slow)])  # the gated one: -m slow
 def test_the_paths_are_the_least_cost_ones_and_have_the_exact_laws(gate, crossing_in_region):
     paths = route_paths(gate=gate)
     assert (len(paths["crossing"]), len(paths["around"])) == (19, 31)

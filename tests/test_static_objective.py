@@ -276,7 +276,7 @@ def test_every_distributional_agent_trains_static(compose, tmp_path, agent):
     assert history and all("mc_static_utility" in record for record in history)
 
 
-@pytest.mark.parametrize("risk", ["var", "spectral"])
+@pytest.mark.parametrize("risk", ["var", pytest.param("spectral", marks=pytest.mark.slow)])
 def test_static_on_a_gym_env_with_members_and_copies_resumes_exactly(compose, tmp_path, risk):
     """K = 2 stacked members on N = 2 CartPole copies with 3-step returns, resumed from the
     checkpoint of update 100: the same eval.json as the uninterrupted run (the thresholds'

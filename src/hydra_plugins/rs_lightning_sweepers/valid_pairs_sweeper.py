@@ -22,35 +22,59 @@ def _choice(job: list[str], key: str) -> Optional[str]:
 
 class ValidPairsSweeper(BasicSweeper):
     """Hydra's basic sweeper (the grid of every combination, run by any launcher) without
-    the jobs whose agent the objective refuses (``objective=static`` with ``agent=dqn``:
+    the jobs whose agent the objective refuses (``objective=static`` with ``agent=dqn``, or
+    ``agent=ppo`` with ``objective=per_decision`` under a risk measure:
     :func:`rs_lightning.config.schema.objective_refusal`), which would fail at once. Each
-    pair left out is said once on stderr. The jobs keep their order, so the same sweep
-    again gives each the same number and folder, and so resumes."""
+    reason is said once on stderr with its number of jobs. The jobs keep their order, so the
+    same sweep again gives each the same number and folder, and so resumes.
+
+    In a sweep, each job's config is composed (as Hydra does anyway to check the batch) so
+    the rules that depend on the risk setting apply; given only the overrides (no Hydra
+    context), the rules that hold at any setting do."""
 
     def split_arguments(self, overrides, max_batch_size):  # type: ignore[override]
-        from rs_lightning.config.schema import objective_refusal
-
         batches = BasicSweeper.split_arguments(overrides, max_batch_size)
-        refused: dict[tuple[str, str], tuple[str, int]] = {}
+        refused: dict[tuple[str, str, str], int] = {}
         kept_batches = []
         for batch in batches:
             kept = []
             for job in batch:
-                agent, objective = _choice(job, "agent"), _choice(job, "objective")
-                reason = None
-                if agent is not None and objective is not None:
-                    try:
-                        reason = objective_refusal(agent, objective)
-                    except KeyError:  # an unknown name: the job's own check reports it
-                        reason = None
-                if reason is None:
+                refusal = self._refusal(job)
+                if refusal is None:
                     kept.append(job)
                 else:
-                    message, count = refused.get((agent, objective), (reason, 0))
-                    refused[(agent, objective)] = (message, count + 1)
+                    refused[refusal] = refused.get(refusal, 0) + 1
             if kept:
                 kept_batches.append(kept)
-        for (agent, objective), (reason, count) in refused.items():
+        for (agent, objective, reason), count in refused.items():
             print(f"[rs_lightning] sweep: left out {count} job(s) of agent={agent} "
                   f"objective={objective}: {reason}", file=sys.stderr)
         return kept_batches
+
+    def _refusal(self, job: list[str]) -> Optional[tuple[str, str, str]]:
+        """(agent, objective, why the config refuses that pair) for ``job``, or None (also
+        where the job cannot be composed or names an unknown value: its own check reports
+        that)."""
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from rs_lightning.config.schema import objective_refusal, utility_from
+        from rs_lightning.errors import ConfigError
+
+        context = getattr(self, "hydra_context", None)
+        try:
+            if context is None or self.config is None:
+                agent, objective = _choice(job, "agent"), _choice(job, "objective")
+                if agent is None or objective is None:
+                    return None
+                reason = objective_refusal(agent, objective)
+            else:
+                cfg = context.config_loader.load_sweep_config(master_config=self.config,
+                                                              sweep_overrides=list(job))
+                agent, objective = str(cfg.agent.name), str(cfg.objective)
+                reason = objective_refusal(agent, objective,
+                                           bool(cfg.agent.get("risk_conditioned", False)),
+                                           utility_from(cfg.risk, float(cfg.alpha)))
+        except (HydraException, OmegaConfBaseException, ConfigError, KeyError, ValueError):
+            return None
+        return None if reason is None else (agent, objective, reason)
