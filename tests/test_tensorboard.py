@@ -1,5 +1,6 @@
-"""logger=tensorboard: the training and evaluation curves and the final evaluation's returns
-as a histogram, read back from the event files with TensorBoard's own reader."""
+"""logger=tensorboard: the training and evaluation curves, the final evaluation's returns as
+a histogram and its episode video, read back from the event files with TensorBoard's own
+reader."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_a_tensorboard_run_holds_its_curves_and_the_final_return_histogram(compo
                    "evaluation.every_n_steps=50", "evaluation.episodes=50",
                    "evaluation.episodes_during_training=20"])
     summary = run(cfg, tmp_path)
-    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"histograms": 0})
+    events = EventAccumulator(str(tmp_path / "tensorboard"),
+                              size_guidance={"histograms": 0, "images": 0})
     events.Reload()
     scalars = events.Tags()["scalars"]
     for tag in ("train/loss", "train/epsilon", "eval/utility", "eval/final_expectation"):
@@ -36,6 +38,11 @@ def test_a_tensorboard_run_holds_its_curves_and_the_final_return_histogram(compo
     assert histogram.histogram_value.sum == pytest.approx(50 * summary["expectation"])
     assert "eval/summary/text_summary" in events.Tags()["tensors"]  # the text table
     assert "figures/distributions" in events.Tags()["images"]
+    # logger.video (the default): the episode's GIF, byte for byte, as an animated image
+    (episode,) = events.Images("eval/episode")
+    gif = (tmp_path / "episode.gif").read_bytes()
+    assert episode.step == 100 and episode.encoded_image_string == gif
+    assert gif[:4] == b"GIF8" and (episode.width, episode.height) == (192, 192)
 
 
 def test_tensorboard_is_one_of_the_backends_a_bad_value_names(compose):

@@ -56,13 +56,11 @@ def log_media(loggers, summary, policy, run_config, folder: Path, steps: int,
     if env.grid_size and not (agent.continuous_actions or agent.on_policy):  # a law per action
         figure = folder / "distributions.png"
         plot_return_distributions(trained, DECISION_CELLS.get(env.id, START_CELL), figure)
-    video = None
-    if wandb_loggers and run_config.train.logger.video:
-        video = episode_video(trained, folder / VIDEO_NAME)
+    video = episode_video(trained, folder / VIDEO_NAME) if run_config.train.logger.video else None
     for logger in wandb_loggers:
         log_run_media(logger.experiment, summary, figure, video)
     for logger in board_loggers:
-        log_board_media(logger.experiment, summary, figure, steps)
+        log_board_media(logger.experiment, summary, figure, steps, video)
 
 
 def episode_video(run: TrainedRun, out: Path) -> Path | None:
@@ -102,10 +100,12 @@ def episode_video(run: TrainedRun, out: Path) -> Path | None:
     return out
 
 
-def log_board_media(writer, summary: dict[str, Any], figure: Path | None, step: int) -> None:
+def log_board_media(writer, summary: dict[str, Any], figure: Path | None, step: int,
+                    video: Path | None = None) -> None:
     """The final evaluation in a TensorBoard ``SummaryWriter``: its episode returns as a
     histogram (eval.json's bins; the sums from its mean and standard deviation, exact),
-    its figures as a text table and the distribution figure as an image."""
+    its figures as a text table, the distribution figure as an image and the episode
+    video (a GIF) as the animated image ``eval/episode``."""
     histogram, n = summary["return_histogram"], summary["episodes"]
     mean, std = summary["expectation"], summary["return_std"]
     writer.add_histogram_raw(
@@ -122,4 +122,20 @@ def log_board_media(writer, summary: dict[str, Any], figure: Path | None, step: 
         with Image.open(figure) as image:
             writer.add_image("figures/distributions", np.asarray(image.convert("RGB")), step,
                              dataformats="HWC")
+    if video is not None and Path(video).is_file():
+        writer._get_file_writer().add_summary(gif_summary("eval/episode", Path(video)), step)
     writer.flush()
+
+
+def gif_summary(tag: str, gif: Path):
+    """A TensorBoard image summary holding the GIF's own bytes, which TensorBoard's images
+    tab plays (what ``SummaryWriter.add_video`` writes, without re-encoding the frames,
+    which would need moviepy)."""
+    from PIL import Image
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    with Image.open(gif) as image:
+        width, height = image.size
+    picture = Summary.Image(height=height, width=width, colorspace=3,
+                            encoded_image_string=gif.read_bytes())
+    return Summary(value=[Summary.Value(tag=tag, image=picture)])

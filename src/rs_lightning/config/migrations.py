@@ -16,7 +16,7 @@ Formats:
    ``plugins``, ``learning.target_update_rate`` or DSAC's ``agent.actor_law``.
 3. ``format_version: 3``, recorded.
 4. ``trainer.checkpoint_every_minutes`` (checkpoints on a wall-clock period; none before).
-5. ``logger.video`` (the final evaluation's episode video in W&B; none before);
+5. ``logger.video`` (the final evaluation's episode video in W&B and TensorBoard; none before);
    ``env.backend`` (gymnasium: the only one before).
 
 A file without a recorded format is read as format 1: the steps add only keys that are
