@@ -1,6 +1,6 @@
 """What a member of a finished run writes after training: the final evaluation
 (``eval.json``, ``policy.json``), the grid policy's arrows (``policy.png``) and, for its W&B
-runs, the evaluation as a Table, the return distributions of the decision state
+and TensorBoard runs, the evaluation as a table, the return distributions of the decision state
 (``distributions.png``) and a video of one episode of the greedy policy (``episode.gif``,
 ``logger.video``), then the final metrics to every logger."""
 
