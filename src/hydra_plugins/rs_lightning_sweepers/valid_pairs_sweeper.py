@@ -32,6 +32,10 @@ class ValidPairsSweeper(BasicSweeper):
     the rules that depend on the risk setting apply; given only the overrides (no Hydra
     context), the rules that hold at any setting do."""
 
+    def __init__(self, max_batch_size: Optional[int], params=None) -> None:
+        super().__init__(max_batch_size, params)
+        self._refusals: dict[tuple[str, ...], tuple[str, str, Optional[str]]] = {}
+
     def split_arguments(self, overrides, max_batch_size):  # type: ignore[override]
         batches = BasicSweeper.split_arguments(overrides, max_batch_size)
         refused: dict[tuple[str, str, str], int] = {}
@@ -69,12 +73,18 @@ class ValidPairsSweeper(BasicSweeper):
                     return None
                 reason = objective_refusal(agent, objective)
             else:
-                cfg = context.config_loader.load_sweep_config(master_config=self.config,
-                                                              sweep_overrides=list(job))
-                agent, objective = str(cfg.agent.name), str(cfg.objective)
-                reason = objective_refusal(agent, objective,
-                                           bool(cfg.agent.get("risk_conditioned", False)),
-                                           utility_from(cfg.risk, float(cfg.alpha)))
+                # The rule reads the agent, the objective and the risk setting, never the world
+                # or the seed: one composition serves the jobs that differ only in those.
+                key = tuple(o for o in job if not o.startswith(("env=", "seed=")))
+                cache = self._refusals
+                if key not in cache:
+                    cfg = context.config_loader.load_sweep_config(master_config=self.config,
+                                                                  sweep_overrides=list(job))
+                    agent, objective = str(cfg.agent.name), str(cfg.objective)
+                    cache[key] = agent, objective, objective_refusal(
+                        agent, objective, bool(cfg.agent.get("risk_conditioned", False)),
+                        utility_from(cfg.risk, float(cfg.alpha)))
+                agent, objective, reason = cache[key]
         except (HydraException, OmegaConfBaseException, ConfigError, KeyError, ValueError):
             return None
         return None if reason is None else (agent, objective, reason)
