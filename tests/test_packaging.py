@@ -52,3 +52,40 @@ def test_rs_lightning_train_writes_under_the_folder_it_runs_in(tmp_path):
                          stdin=subprocess.DEVNULL)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["Error in config: alpha: must be in [0, 1], got 2.0"]
+
+
+# The import name of each distribution the package requires (pyproject's dependencies).
+IMPORT_NAMES = {"torch": "torch", "pytorch-lightning": "pytorch_lightning",
+                "hydra-core": "hydra", "hydra-joblib-launcher": "hydra_plugins",
+                "omegaconf": "omegaconf", "wandb": "wandb", "gymnasium": "gymnasium",
+                "numpy": "numpy", "scipy": "scipy", "matplotlib": "matplotlib", "tqdm": "tqdm"}
+# Installed with those (their own dependencies), imported by name.
+TRANSITIVE = {"lightning_utilities", "lightning_fabric", "yaml", "PIL", "packaging"}
+
+
+def test_every_module_level_import_of_the_package_is_a_declared_dependency():
+    """A module imported when the package's modules load (not inside a function, where an
+    optional extra is imported and its absence said in one line) comes with the wheel's
+    requirements: an undeclared one fails the installed package at its first run."""
+    import ast
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {re.split(r"[<>=!\[ ;]", requirement)[0] for requirement in project["dependencies"]}
+    assert declared <= set(IMPORT_NAMES), declared - set(IMPORT_NAMES)
+    allowed = {IMPORT_NAMES[name] for name in declared} | TRANSITIVE | set(sys.stdlib_module_names)
+    allowed |= {"rs_lightning", "__future__"}
+    undeclared = {}
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:  # module level only
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] not in allowed:
+                    undeclared.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    assert not undeclared, undeclared

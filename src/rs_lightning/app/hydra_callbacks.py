@@ -139,6 +139,7 @@ def grid_jobs(config: DictConfig) -> tuple[list[list[str]], str] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import HydraContext
     from hydra.utils import get_class
 
     try:
@@ -148,6 +149,11 @@ def grid_jobs(config: DictConfig) -> tuple[list[list[str]], str] | None:
         sweeper = sweeper(max_batch_size=None)
     except Exception:  # a sweeper that cannot be made so: Hydra's own errors say why
         return None
+    # What Hydra's setup gives a sweeper, less the launcher: the benchmark's composes each
+    # job with them to apply the rules that depend on the risk setting.
+    sweeper.config = config
+    sweeper.hydra_context = HydraContext(config_loader=GlobalHydra.instance().config_loader(),
+                                         callbacks=None)
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     overrides = parser.parse_overrides([*params, *config.hydra.overrides.task])
