@@ -65,7 +65,7 @@ class ValidPairsSweeper(BasicSweeper):
         from rs_lightning.config.schema import objective_refusal, utility_from
         from rs_lightning.errors import ConfigError
 
-        context = getattr(self, "hydra_context", None)
+        context = self.hydra_context  # None where made outside a sweep (the overrides alone)
         try:
             if context is None or self.config is None:
                 agent, objective = _choice(job, "agent"), _choice(job, "objective")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse
@@ -41,6 +42,9 @@ import torch
 
 from rs_lightning.references.tabular_exact import LEVEL_TOLERANCE, Law, merged
 from rs_lightning.risk import ReturnDistribution, Utility
+
+if TYPE_CHECKING:  # tabular_references imports this module
+    from rs_lightning.references.tabular_references import TabularModel
 
 # The deviation grid's spacing: this fraction of the smallest exceptional reward step
 # (cliff walking: 4 x 5e-4 = 2e-3), made coarser where the grid would pass MAX_CELLS.
@@ -489,12 +493,7 @@ def _shortfall_policy(grid: _Programme, alpha: float, penalty: float
     return model.start @ mean, model.start @ prob
 
 
-__all__ = [
-    "LawBounds", "baseline_reward", "episode_law_bounds", "policy_utility_bounds",
-    "static_cvar_bounds", "static_spectral_bounds", "static_var_bounds", "utility_bounds",
-]
-
-
+# ------------------------------------------------------------------ the model's ranges
 # The model's return range and best expectation, read here and by tabular_references
 # (which imports this module, so they live here).
 def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
@@ -518,22 +517,33 @@ def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
             break
     return min(float(low.min()), 0.0), max(float(high.max()), 0.0)
 
-def _expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
+
+def expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
+    """E[r + gamma V(s')] of every (state, action) ``[S, A]`` for values ``values[S]``."""
     go_on = np.where(model.terminal, 0.0, gamma)
     return (model.probs * (model.rewards + go_on * values[model.next_states])).sum(-1)
 
-def _horizon(model: TabularModel, gamma: float) -> int:
+
+def value_horizon(model: TabularModel, gamma: float) -> int:
     """The time limit, or, without one, the steps after which gamma^t of any return is
     below 1e-9 of the returns' range."""
     if model.horizon is not None:
         return int(model.horizon)
     return math.ceil(math.log(1e-9) / math.log(gamma))
 
+
 def optimal_expectation(model: TabularModel, gamma: float) -> tuple[float, np.ndarray]:
     """max E[sum_{t < H} gamma^t r_t] from the start by finite-horizon value iteration
     (policies of state and step), and the values V_t(s) for t = 0..H -> ``[H + 1, S]``."""
-    horizon = _horizon(model, gamma)
+    horizon = value_horizon(model, gamma)
     values = np.zeros((horizon + 1, model.n_states))
     for t in range(horizon - 1, -1, -1):
-        values[t] = _expected_q(model, values[t + 1], gamma).max(1)
+        values[t] = expected_q(model, values[t + 1], gamma).max(1)
     return float(model.start @ values[0]), values
+
+
+__all__ = [
+    "LawBounds", "baseline_reward", "episode_law_bounds", "expected_q", "optimal_expectation",
+    "policy_utility_bounds", "return_bounds", "static_cvar_bounds", "static_spectral_bounds",
+    "static_var_bounds", "utility_bounds", "value_horizon",
+]

@@ -112,8 +112,8 @@ import numpy as np
 import torch
 
 from rs_lightning.references import tabular_bounds, tabular_exact
-from rs_lightning.references.tabular_bounds import (_expected_q, _horizon, optimal_expectation,
-                                                    return_bounds)
+from rs_lightning.references.tabular_bounds import (expected_q, optimal_expectation,
+                                                    return_bounds, value_horizon)
 from rs_lightning.references.entropic import entropic_programme
 from rs_lightning.references.policy_iteration import (
     CYCLE,
@@ -242,8 +242,6 @@ _ACYCLIC: dict[int, tuple[TabularModel, bool]] = {}
 
 
 # --------------------------------------------------------------------------- return grid
-
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -556,14 +554,12 @@ def expectation_optimal_policy(model: TabularModel, gamma: float) -> np.ndarray:
     """A stationary policy maximising E with no time limit (value iteration)."""
     values = np.zeros(model.n_states)
     for _ in range(100_000):
-        q = _expected_q(model, values, gamma)
+        q = expected_q(model, values, gamma)
         new = q.max(1)
         if np.abs(new - values).max() < 1e-12:
             break
         values = new
-    return _expected_q(model, values, gamma).argmax(1)
-
-
+    return expected_q(model, values, gamma).argmax(1)
 
 
 def per_decision_fixed_point(model: TabularModel, utility: Utility, gamma: float,
@@ -606,10 +602,6 @@ class StaticOptimum:
     threshold: float | None
     upper: float | None = None
     kind: str = "estimate"
-
-
-
-
 
 
 def static_cvar_optimum(model: TabularModel, alpha: float, rho: float, gamma: float,
@@ -706,7 +698,7 @@ def static_spectral_optimum(model: TabularModel, alpha: float, levels: tuple[flo
         return None
     kappas = (1.0 - alpha) * np.asarray(weights) / np.asarray(levels)
     low, high = return_bounds(model, gamma)
-    horizon = _horizon(model, gamma)
+    horizon = value_horizon(model, gamma)
     spread = high - low
     # Above high + spread / gamma^H every threshold of any offset is above every return.
     grid = _threshold_setup(model, gamma, thresholds, reach=spread * gamma ** -horizon)
@@ -782,7 +774,7 @@ def _threshold_setup(model: TabularModel, gamma: float, thresholds: int,
                      reach: float = 0.0) -> _ThresholdGrid:
     """The grid of :func:`threshold_grid`, continued ``reach`` above the returns' range
     (a tenth more points, evenly); above its top a threshold counts as always crossed."""
-    horizon = _horizon(model, gamma)
+    horizon = value_horizon(model, gamma)
     low, high = return_bounds(model, gamma)
     start_value, best_mean = optimal_expectation(model, gamma)
     ys = threshold_grid(low, high, start_value, thresholds)
@@ -926,11 +918,11 @@ def _bounded_static_optimum(model: TabularModel, utility: Utility, gamma: float
 def static_entropic_optimum(model: TabularModel, beta: float, gamma: float) -> StaticOptimum:
     """max -1/beta log E[exp(-beta S)], S = sum_{t < H} gamma^t r_t, over policies of the
     history: Markov in (state, step) (:mod:`~rs_lightning.references.entropic`). Exact with
-    a time limit; without one the steps after H (:func:`_horizon`) weigh gamma^H below 1e-9
+    a time limit; without one the steps after H (:func:`value_horizon`) weigh gamma^H below 1e-9
     of the returns' range and are left out (an estimate)."""
     best = entropic_programme(model.probs, model.next_states, model.terminal,
                               lambda t: -beta * gamma**t * model.rewards, model.start,
-                              _horizon(model, gamma), beta)
+                              value_horizon(model, gamma), beta)
     return StaticOptimum(best.utility, None, kind=EXACT if model.horizon is not None
                          else ESTIMATE)
 
