@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse
@@ -42,9 +41,6 @@ import torch
 
 from rs_lightning.references.tabular_exact import LEVEL_TOLERANCE, Law, merged
 from rs_lightning.risk import ReturnDistribution, Utility
-
-if TYPE_CHECKING:  # tabular_references imports this module
-    from rs_lightning.references.tabular_references import TabularModel
 
 # The deviation grid's spacing: this fraction of the smallest exceptional reward step
 # (cliff walking: 4 x 5e-4 = 2e-3), made coarser where the grid would pass MAX_CELLS.
@@ -496,7 +492,7 @@ def _shortfall_policy(grid: _Programme, alpha: float, penalty: float
 # ------------------------------------------------------------------ the model's ranges
 # The model's return range and best expectation, read here and by tabular_references
 # (which imports this module, so they live here).
-def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
+def return_bounds(model, gamma: float) -> tuple[float, float]:
     """The lowest and highest discounted return any policy can get from any state (no time
     limit; 0 included, the return of a truncated remainder): min / max value iteration
     over outcomes of positive probability, started from a valid bound, so every iterate
@@ -518,13 +514,13 @@ def return_bounds(model: TabularModel, gamma: float) -> tuple[float, float]:
     return min(float(low.min()), 0.0), max(float(high.max()), 0.0)
 
 
-def expected_q(model: TabularModel, values: np.ndarray, gamma: float) -> np.ndarray:
+def expected_q(model, values: np.ndarray, gamma: float) -> np.ndarray:
     """E[r + gamma V(s')] of every (state, action) ``[S, A]`` for values ``values[S]``."""
     go_on = np.where(model.terminal, 0.0, gamma)
     return (model.probs * (model.rewards + go_on * values[model.next_states])).sum(-1)
 
 
-def value_horizon(model: TabularModel, gamma: float) -> int:
+def value_horizon(model, gamma: float) -> int:
     """The time limit, or, without one, the steps after which gamma^t of any return is
     below 1e-9 of the returns' range."""
     if model.horizon is not None:
@@ -532,7 +528,7 @@ def value_horizon(model: TabularModel, gamma: float) -> int:
     return math.ceil(math.log(1e-9) / math.log(gamma))
 
 
-def optimal_expectation(model: TabularModel, gamma: float) -> tuple[float, np.ndarray]:
+def optimal_expectation(model, gamma: float) -> tuple[float, np.ndarray]:
     """max E[sum_{t < H} gamma^t r_t] from the start by finite-horizon value iteration
     (policies of state and step), and the values V_t(s) for t = 0..H -> ``[H + 1, S]``."""
     horizon = value_horizon(model, gamma)
