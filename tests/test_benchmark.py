@@ -181,6 +181,50 @@ def _sweep_jobs(sweep: list[str]) -> list[list[str]]:
             for job in batch]
 
 
+def _preset_jobs(preset: str, *overrides: str) -> list[list[str]]:
+    """The jobs ``rs-lightning benchmark --preset <preset>`` launches, in their order: its
+    sweeper given Hydra's context, as in the sweep itself."""
+    from hydra import compose, initialize_config_dir
+
+    import rs_lightning.app.run_names  # noqa: F401  (the folder names' resolvers)
+    from rs_lightning.app.hydra_callbacks import grid_jobs
+    from tests.conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        config = compose("train", [f"experiment=benchmark_{preset}", *overrides],
+                         return_hydra_config=True)
+        config.hydra.overrides.task = [f"experiment=benchmark_{preset}", *overrides]
+        jobs, _ = grid_jobs(config)
+    return jobs
+
+
+def test_ppo_joins_the_presets_after_the_jobs_they_had_with_its_own_settings():
+    """The small preset's 70 value-based jobs keep their order, numbers and folders; PPO's 14
+    (static objective: per_decision under a risk is refused) run after them, each composed
+    with PPO's settings (conf/experiment_agent/benchmark_small/ppo.yaml)."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import CONF
+
+    jobs = _preset_jobs("small")
+    assert len(jobs) == 84
+    value_based = _sweep_jobs(["env=" + command.read_preset("small")["hydra"]["sweeper"]
+                               ["params"]["env"], "agent=dqn,c51,qr_dqn", "risk=cvar,var",
+                               "objective=per_decision,static"])
+    assert len(value_based) == 70
+    assert [sorted(o for o in job if not o.startswith("experiment=")) for job in jobs[:70]] \
+        == [sorted(job) for job in value_based]
+    assert all("agent=ppo" in job and "objective=static" in job for job in jobs[70:])
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        ppo = compose("train", ["experiment=benchmark_small", *jobs[70]])
+        c51 = compose("train", ["experiment=benchmark_small", *jobs[1]])
+        alone = compose("train", ["agent=ppo"])
+    assert ppo.agent.name == "ppo" and c51.agent.name != "ppo"
+    assert (ppo.learning.lr, ppo.env.num_envs, ppo.trainer.max_steps) == (0.003, 8, 4000)
+    assert (c51.learning.lr, c51.env.num_envs, c51.trainer.max_steps) == (1e-4, 1, 3000)
+    assert (alone.learning.lr, alone.env.num_envs) == (1e-4, 1)  # outside the presets
+
+
 def test_the_full_preset_is_the_small_suite_with_more_methods_seeds_and_updates():
     """Both presets hold the suite's worlds; the full one gives every leaderboard interval
     5 seeds (a bootstrap interval, not a range) and every measure with exact references."""
@@ -194,8 +238,9 @@ def test_the_full_preset_is_the_small_suite_with_more_methods_seeds_and_updates(
         small["hydra"]["sweeper"]["params"]["agent"]))
     assert full["parallel_seeds"] >= 5 and full["trainer"]["max_steps"] > small["trainer"]["max_steps"]
     assert full["hydra"]["sweep"]["dir"] != small["hydra"]["sweep"]["dir"]
-    jobs = _sweep_jobs([f"{key}={value}" for key, value in params.items()])
-    assert len(jobs) == 7 * (3 + 3 * 2 * 3) == 147  # dqn: per_decision alone, 3 measures
+    jobs = _preset_jobs("full")
+    # dqn: per_decision alone; c51, qr_dqn, iqn: both; ppo: static alone; 3 measures
+    assert len(jobs) == 7 * (3 + 3 * 2 * 3 + 3) == 168
     line = _args("--preset", "full")
     assert "experiment=benchmark_full" in line and "parallel_seeds=5" in line
     assert "hydra.sweep.dir=outputs/benchmark/full" in line

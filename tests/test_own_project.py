@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from tests.warm_python import command as python_command
@@ -85,3 +86,20 @@ def test_a_config_folder_that_does_not_exist_is_one_line(project):
     assert _refusal(_train(project, preset=("--config-dir", "nowhere"))) == (
         f"Error in config: --config-dir: {project / 'nowhere'} is not a folder (give the folder "
         "of your own presets)")
+
+
+def test_an_agents_own_settings_in_a_preset_of_ones_own(project):
+    """conf/experiment_agent/<experiment>/<agent>.yaml of one's own folder applies to that
+    agent in that experiment, and to no other agent."""
+    own = project / "conf" / "experiment_agent" / "risky_choice"
+    own.mkdir(parents=True)
+    (own / "qr_dqn.yaml").write_text("# @package _global_\nlearning:\n  lr: 0.0005\n")
+    try:
+        lrs = {}
+        for agent in ("qr_dqn", "c51"):
+            result = _train(project, f"agent={agent}", "--cfg", "job")
+            assert result.returncode == 0, result.stderr[-3000:]
+            lrs[agent] = yaml.safe_load(result.stdout)["learning"]["lr"]
+    finally:
+        shutil.rmtree(own.parent)
+    assert lrs["qr_dqn"] == 0.0005 and lrs["c51"] != 0.0005

@@ -30,30 +30,39 @@ class ValidPairsSweeper(BasicSweeper):
 
     In a sweep, each job's config is composed (as Hydra does anyway to check the batch) so
     the rules that depend on the risk setting apply; given only the overrides (no Hydra
-    context), the rules that hold at any setting do."""
+    context), the rules that hold at any setting do.
 
-    def __init__(self, max_batch_size: Optional[int], params=None) -> None:
+    ``run_last`` (``hydra.sweeper.run_last``, e.g. ``{agent: [ppo]}``) moves the jobs with one
+    of those values after the others, in grid order: the jobs of a grid that gained those
+    values keep the numbers, so the folders, they had before, and an earlier sweep resumes."""
+
+    def __init__(self, max_batch_size: Optional[int], params=None,
+                 run_last: Optional[dict] = None) -> None:
         super().__init__(max_batch_size, params)
+        self.run_last = {str(key): [str(v) for v in values]
+                         for key, values in (run_last or {}).items()}
         self._refusals: dict[tuple[str, ...], tuple[str, str, Optional[str]]] = {}
 
     def split_arguments(self, overrides, max_batch_size):  # type: ignore[override]
-        batches = BasicSweeper.split_arguments(overrides, max_batch_size)
+        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
         refused: dict[tuple[str, str, str], int] = {}
-        kept_batches = []
-        for batch in batches:
-            kept = []
-            for job in batch:
-                refusal = self._refusal(job)
-                if refusal is None:
-                    kept.append(job)
-                else:
-                    refused[refusal] = refused.get(refusal, 0) + 1
-            if kept:
-                kept_batches.append(kept)
+        kept = []
+        for job in jobs:
+            refusal = self._refusal(job)
+            if refusal is None:
+                kept.append(job)
+            else:
+                refused[refusal] = refused.get(refusal, 0) + 1
+        kept.sort(key=self._runs_last)  # stable: grid order within each part
+        size = max_batch_size if max_batch_size not in (None, -1) else max(len(kept), 1)
+        kept_batches = [kept[i:i + size] for i in range(0, len(kept), size)]
         for (agent, objective, reason), count in refused.items():
             print(f"[rs_lightning] sweep: left out {count} job(s) of agent={agent} "
                   f"objective={objective}: {reason}", file=sys.stderr)
         return kept_batches
+
+    def _runs_last(self, job: list[str]) -> bool:
+        return any(_choice(job, key) in values for key, values in self.run_last.items())
 
     def _refusal(self, job: list[str]) -> Optional[tuple[str, str, str]]:
         """(agent, objective, why the config refuses that pair) for ``job``, or None (also

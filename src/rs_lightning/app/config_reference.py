@@ -291,14 +291,15 @@ def render() -> str:
         out += [*_table(keys, accepted), ""]
     for group in sorted(p for p in CONF_DIR.iterdir()
                         if p.is_dir() and p.name not in ("hydra", "__pycache__")):
-        options = sorted(group.glob("*.yaml"))
+        options = sorted(group.rglob("*.yaml"))  # experiment_agent: <experiment>/<agent>.yaml
         if not options:
             continue
         out += [f"## The `{group.name}` group (`{group.name}=<option>`)", ""]
         for option in options:
             keys = yaml_keys(option, "" if _is_global(option) else f"{group.name}.")
             first = _first_comment(option)
-            out += [f"### `{group.name}={option.stem}`", ""]
+            name = option.relative_to(group).with_suffix("").as_posix()
+            out += [f"### `{group.name}={name}`", ""]
             if first:
                 out += [_prose(first), ""]
             if any(k.kind != "section" for k in keys) and not _is_global(option):

@@ -146,7 +146,11 @@ def grid_jobs(config: DictConfig) -> tuple[list[list[str]], str] | None:
         sweeper = get_class(str(config.hydra.sweeper.get("_target_")))
         if not issubclass(sweeper, BasicSweeper):
             return None
-        sweeper = sweeper(max_batch_size=None)
+        # Its own settings (the benchmark's run_last orders the jobs), one batch.
+        settings = {key: value for key, value in
+                    OmegaConf.to_container(config.hydra.sweeper, resolve=True).items()
+                    if key not in ("_target_", "max_batch_size")}
+        sweeper = sweeper(max_batch_size=None, **settings)
     except Exception:  # a sweeper that cannot be made so: Hydra's own errors say why
         return None
     # What Hydra's setup gives a sweeper, less the launcher: the benchmark's composes each

@@ -18,6 +18,7 @@ Formats:
 4. ``trainer.checkpoint_every_minutes`` (checkpoints on a wall-clock period; none before).
 5. ``logger.video`` (the final evaluation's episode video in W&B and TensorBoard; none before);
    ``env.backend`` (gymnasium: the only one before).
+6. ``learning.lr_schedule`` (a constant learning rate before).
 
 A file without a recorded format is read as format 1: the steps add only keys that are
 absent and rename only names that are present, so a file written by 0.2 passes step 1
@@ -35,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from rs_lightning.agents import AGENTS
 from rs_lightning.errors import ConfigError
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 FORMAT_KEY = "format_version"
 UNRECORDED_FORMAT = 1  # the oldest format: every step brings what a file of it lacks
 
@@ -109,6 +110,10 @@ def _config_4_to_5(config: dict) -> None:
     _fill(config.setdefault("env", {}), {"backend": "gymnasium"})
 
 
+def _config_5_to_6(config: dict) -> None:
+    _fill(config.setdefault("learning", {}), {"lr_schedule": "constant"})
+
+
 # ----------------------------------------------------------------- checkpoints
 _RENAMED_WEIGHTS = (("target_agent.", "target_members."), ("agent.", "members."))
 
@@ -156,12 +161,17 @@ def _checkpoint_4_to_5(state: dict, gamma: float) -> None:
     """Format 5 changed no checkpoint field."""
 
 
+def _checkpoint_5_to_6(state: dict, gamma: float) -> None:
+    """Format 6 changed no checkpoint field."""
+
+
 # The step from each older format n to n + 1: (config step, checkpoint step).
 STEPS: dict[int, tuple[Callable[[dict], None], Callable[[dict, float], None]]] = {
     1: (_config_1_to_2, _checkpoint_1_to_2),
     2: (_config_2_to_3, _checkpoint_2_to_3),
     3: (_config_3_to_4, _checkpoint_3_to_4),
     4: (_config_4_to_5, _checkpoint_4_to_5),
+    5: (_config_5_to_6, _checkpoint_5_to_6),
 }
 
 

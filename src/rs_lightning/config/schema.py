@@ -127,6 +127,7 @@ class EnvSection:
 # stop: end the run with an error naming the step (the last good checkpoint stays);
 # skip: drop that update (no parameter change) and count it.
 NON_FINITE_ACTIONS = ("stop", "skip")
+LR_SCHEDULES = ("constant", "linear")  # rs_lightning.engine.learner.learning_rate
 
 
 @dataclass
@@ -135,6 +136,7 @@ class LearningSection:
     replay_capacity: int = MISSING
     warmup_steps: int = MISSING  # environment steps before the first update
     lr: float = MISSING
+    lr_schedule: str = MISSING  # constant | linear (to 0 at trainer.max_steps)
     adam_eps: float = MISSING
     fused_adam: bool = MISSING
     grad_clip_norm: float = MISSING
@@ -168,6 +170,7 @@ class LearningSection:
             value = getattr(self, key)
             _require(0.0 <= value <= 1.0, f"learning.{key}", "in [0, 1]", value)
         _one_of("learning.epsilon_schedule", self.epsilon_schedule, ("exponential", "linear"))
+        _one_of("learning.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _one_of("learning.on_non_finite", self.on_non_finite, NON_FINITE_ACTIONS)
         # Read as a fraction of denominator up to 10^6 (rs_lightning.engine.experience).
         _require(math.isfinite(self.updates_per_step) and self.updates_per_step >= 1e-6,

@@ -191,6 +191,15 @@ class MembersAdam(torch.optim.Adam):
         return loss
 
 
+def learning_rate(lr: float, schedule: str, update: int, max_steps: int) -> float:
+    """The learning rate of update ``update`` (1, 2, ...) of ``max_steps``: ``constant``, or
+    ``linear`` from ``lr`` at the first update toward 0, lr x (1 - (update - 1) / max_steps)
+    (Stable-Baselines3's ``lin_<lr>`` with its progress counted in updates)."""
+    if schedule == "constant":
+        return lr
+    return lr * max(0.0, 1.0 - (update - 1) / max_steps)
+
+
 def make_optimizer(members: Members, learning) -> torch.optim.Optimizer:
     """Adam on the members' parameters (elementwise, so per member; fused where the device
     allows: one kernel per step)."""
@@ -314,6 +323,11 @@ class Learner(pl.LightningModule):
 
     def _update(self, update: int, losses: Tensor) -> Tensor:
         optimizer = self.optimizers()
+        if self.learning.lr_schedule != "constant":  # a function of the update: resumes exactly
+            lr = learning_rate(self.learning.lr, self.learning.lr_schedule, update,
+                               self.trainer.max_steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
         loss = losses.sum()
         self.members.zero_gradients()
         if self._direct_backward:
