@@ -61,7 +61,9 @@ class AmericanPut(PublishedModelEnv):
         self.periods, self.initial_price = int(periods), float(initial_price)
         self.strike, self.up, self.up_probability = float(strike), float(up), float(up_probability)
         # actions HOLD (0) and EXERCISE (1); the start is the lattice's root, state 0
-        self._publish((self.periods + 1) * (self.periods + 2) // 2, 2, 0, render_mode)
+        self._publish((self.periods + 1) * (self.periods + 2) // 2, 2, 0, render_mode,
+                      (self.periods, self.initial_price, self.strike, self.up,
+                       self.up_probability))
 
     @staticmethod
     def encode(t: int, ups: int) -> int:

@@ -113,7 +113,9 @@ class Trading(PublishedModelEnv):
         self.offsets = lattice_offsets(self.price_levels, self.tick)
         start = self.encode(0, (self.price_levels - 1) // 2, positions.index(initial_position))
         self._publish((self.periods + 1) * self.price_levels * len(positions), len(positions),
-                      start, render_mode)
+                      start, render_mode, (self.periods, self.price_levels, self.tick,
+                                           float(reversion), float(volatility), positions,
+                                           self.cost))
 
     @property
     def action_names(self) -> tuple[str, ...]:

@@ -115,7 +115,11 @@ def from_cdf(grid: Tensor, cdf: Tensor) -> ReturnDistribution:
     probs = torch.cat(
         [cdf[..., :1], cdf[..., 1:] - cdf[..., :-1], 1.0 - cdf[..., -1:]], dim=-1
     )
-    shape = torch.broadcast_shapes(values.shape, probs.shape)
+    # The broadcast shape by hand: torch.broadcast_shapes runs Python reference code that
+    # cost about 2 % of an RS-UMDQN-C update.
+    rank = max(values.dim(), probs.dim())
+    shape = [max(a, b) for a, b in zip((1,) * (rank - values.dim()) + tuple(values.shape),
+                                       (1,) * (rank - probs.dim()) + tuple(probs.shape))]
     return ReturnDistribution(values.expand(shape).contiguous(), probs.expand(shape).contiguous())
 
 
