@@ -618,3 +618,26 @@ def test_a_quick_run_of_the_preset_writes_its_exact_references(compose, tmp_path
         assert summary["static_optimum"] <= summary["static_optimum_upper"] + 1e-9
     assert summary["risk_outcome"] == pytest.approx(
         summary["risk_outcome_green"] - summary["risk_outcome_orange"])
+
+
+def test_copies_of_a_setting_share_its_model_and_another_setting_has_its_own():
+    """An evaluation makes 1,000 copies of a world: they share the model of their setting,
+    built once and equal to the one built anew, and another setting has its own."""
+    from rs_lightning.envs.cliff_walking import SlipperyCliffWalking
+    from rs_lightning.envs.finite_horizon import PublishedModelEnv
+
+    worlds = ((Trading, lambda: Trading(cost=0.25)),
+              (AmericanPut, lambda: AmericanPut(strike=12.0)),
+              (SlipperyCliffWalking, lambda: SlipperyCliffWalking(0.2)))
+    shared = {make: (make(), make()) for make, _ in worlds}
+    for make, other in worlds:
+        first, second = shared[make]
+        if make is SlipperyCliffWalking:  # gymnasium's constructor fills P from the table
+            assert first.P == second.P and first.falls == second.falls
+        else:
+            assert first.P is second.P, make.__name__
+        assert other().P != first.P, make.__name__
+    PublishedModelEnv._models.clear()
+    SlipperyCliffWalking._outcomes.clear()
+    for make, _ in worlds:  # built anew
+        assert make().P == shared[make][0].P, make.__name__

@@ -27,18 +27,22 @@ class PublishedModelEnv(gym.Env):
     _models: dict[tuple, dict[int, dict[int, list[tuple[float, int, float, bool]]]]] = {}
 
     def _publish(self, n_states: int, n_actions: int, start: int,
-                 render_mode: str | None, settings: tuple) -> None:
+                 render_mode: str | None, settings: tuple | None = None) -> None:
         """The spaces, the model ``P`` of every state and action (a subclass's
         ``_outcomes(*decode(state), action)``) and a start law on ``start``: what a
         subclass's constructor ends with. ``settings``: the constructor's arguments that
-        decide the model (copies with equal settings share it)."""
+        decide the model, so that copies with equal settings share it (None: a model of
+        its own)."""
         self.observation_space = gym.spaces.Discrete(n_states)
         self.action_space = gym.spaces.Discrete(n_actions)
         key = (type(self), n_states, n_actions, settings)
-        if key not in self._models:
-            self._models[key] = {s: {a: self._outcomes(*self.decode(s), a)
-                                     for a in range(n_actions)} for s in range(n_states)}
-        self.P = self._models[key]
+        model = self._models.get(key) if settings is not None else None
+        if model is None:
+            model = {s: {a: self._outcomes(*self.decode(s), a) for a in range(n_actions)}
+                     for s in range(n_states)}
+            if settings is not None:
+                self._models[key] = model
+        self.P = model
         self.initial_state_distrib = np.zeros(n_states)
         self.initial_state_distrib[start] = 1.0
         self.render_mode = render_mode
