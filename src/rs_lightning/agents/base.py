@@ -224,18 +224,17 @@ class _StackedLinear(torch.autograd.Function):
     out]``) and transposes it into the weight's layout; ``F.linear`` takes it as ``g^T x``
     (``[out, in]``), a product whose sums run in another order. Taken here as ``F.linear``
     does, with its input's and bias's gradients, each member's gradient is a single run's
-    to the bit on a CPU (and the transposing copy is saved)."""
+    to the bit on a CPU (and the transposing copy is saved).
+
+    The context is set in ``forward`` (not a ``setup_context``): with one, every call binds
+    its arguments through ``inspect.signature``, about 8 % of a stacked C51 update."""
 
     @staticmethod
-    def forward(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    def forward(ctx, rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(rows, weight)
         if bias is None:
             return torch.bmm(rows, weight.transpose(1, 2))
         return torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        rows, weight, _ = inputs
-        ctx.save_for_backward(rows, weight)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
