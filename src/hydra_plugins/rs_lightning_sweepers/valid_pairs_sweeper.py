@@ -54,8 +54,8 @@ class ValidPairsSweeper(BasicSweeper):
             else:
                 refused[refusal] = refused.get(refusal, 0) + 1
         kept.sort(key=self._runs_last)  # stable: grid order within each part
-        size = max_batch_size if max_batch_size not in (None, -1) else max(len(kept), 1)
-        kept_batches = [kept[i:i + size] for i in range(0, len(kept), size)]
+        kept_batches = (list(BasicSweeper.split_overrides_to_chunks(kept, max_batch_size))
+                        if kept else [])  # Hydra's chunking refuses an empty list
         for (agent, objective, reason), count in refused.items():
             print(f"[rs_lightning] sweep: left out {count} job(s) of agent={agent} "
                   f"objective={objective}: {reason}", file=sys.stderr)
