@@ -641,3 +641,30 @@ def test_copies_of_a_setting_share_its_model_and_another_setting_has_its_own():
     SlipperyCliffWalking._outcomes.clear()
     for make, _ in worlds:  # built anew
         assert make().P == shared[make][0].P, make.__name__
+
+
+def test_the_worlds_draw_their_outcomes_as_gymnasium_does():
+    """``sample_outcome`` (the published-model worlds' and cliff walking's draw) picks the
+    outcome gymnasium's ``categorical_sample`` picks from the same generator state, for laws
+    of one to five outcomes, whose sums may round below one (then the first outcome)."""
+    from gymnasium.envs.toy_text.utils import categorical_sample
+
+    from rs_lightning.envs.finite_horizon import sample_outcome
+
+    laws = np.random.default_rng(0)
+    for _ in range(2000):
+        probabilities = laws.dirichlet(np.ones(laws.integers(1, 6)))
+        if laws.random() < 0.2:
+            probabilities = probabilities * (1.0 - 1e-12)  # sums short of one
+        outcomes = [(float(p), i, 0.0, False) for i, p in enumerate(probabilities)]
+        seed = int(laws.integers(2**31))
+        ours, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
+        for _ in range(5):
+            assert sample_outcome(outcomes, ours) == categorical_sample(probabilities, theirs)
+    # A uniform at or above every cumulative probability gives the first outcome, as argmax.
+    class Fixed:
+        def random(self):
+            return 0.9999999999999
+
+    short = [(0.5, 0, 0.0, False), (0.4999999, 1, 0.0, False)]
+    assert sample_outcome(short, Fixed()) == categorical_sample([0.5, 0.4999999], Fixed()) == 0

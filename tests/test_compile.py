@@ -21,9 +21,12 @@ from rs_lightning.risk import Utility
 from rs_lightning.types import Transitions
 from tests.test_parallel_seeds import agent_of
 
-# Every replay agent: DQN by default, the others with -m slow (a compilation each).
+# Every replay agent that compiles: DQN by default, the others with -m slow (a compilation
+# each). The UMNN agents stay eager (their compiled_methods are empty).
 REPLAY = sorted(name for name, (cls, _) in AGENTS.items() if not getattr(cls, "on_policy", False))
-CASES = [name if name == "dqn" else pytest.param(name, marks=pytest.mark.slow) for name in REPLAY]
+COMPILED = [name for name in REPLAY if AGENTS[name][0].compiled_methods]
+CASES = [name if name == "dqn" else pytest.param(name, marks=pytest.mark.slow)
+         for name in COMPILED]
 
 
 def replay_batch(continuous: bool, generator: torch.Generator) -> Transitions:
@@ -78,6 +81,45 @@ def compiled_equals_eager(name):
         assert len(grads) == len(expected_grads)
         for g, e in zip(grads, expected_grads):
             assert torch.allclose(g, e, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_each_compiled_function_traces_as_one_graph(name):
+    """What hardware.compile compiles of an agent (its loss, or an actor-critic's loss past its
+    draws, and its return distribution) traces as one graph, with no break: a break splits the
+    update into graphs of their own (a CUDA graph each) and reads back to the host between
+    them. Tracing only (torch._dynamo.explain), no compilation: a second or two each."""
+    settings = {"hidden_sizes": [16, 16]}
+    members = make_members([agent_of(name, 0, **settings)])
+    agent = members.networks()[0]
+    continuous = AGENTS[name][0].continuous_actions
+    batch = replay_batch(continuous, torch.Generator().manual_seed(0))
+    batch = Transitions(*(field[0] for field in batch))  # one network's rows
+    choose_action = Utility(0.5, "cvar", {"rho": 0.25}).greedy
+    loss_name, distribution_name = agent.compiled_methods
+    arguments = (batch, agent, choose_action)
+    if loss_name != "loss":  # an actor-critic's draws at the next states and the states
+        arguments += (torch.randn(batch.obs.shape[:-1] + (2,)),) * 2
+    for function, args in ((getattr(agent, loss_name), arguments),
+                           (getattr(agent, distribution_name), (batch.obs,))):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(function)(*args)
+        reasons = [str(reason.reason).splitlines()[0] for reason in explained.break_reasons]
+        assert explained.graph_count == 1 and not reasons, (function.__name__, reasons)
+
+
+@pytest.mark.parametrize("name", sorted(set(REPLAY) - set(COMPILED)))
+def test_an_agent_that_stays_eager_says_so(name, capsys):
+    """The UMNN agents' lattice is sized by each batch's distinct states: under
+    hardware.compile they run eager, and the run says so in one line rather than silently."""
+    members = make_members([agent_of(name, 0, hidden_sizes=[16, 16])])
+    agent = members.networks()[0]
+    loss, distribution = agent.loss, agent.return_distribution
+    compile_members(members, "cpu")
+    assert agent.loss == loss and agent.return_distribution == distribution  # untouched
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"[rs_lightning] hardware.compile: agent={name} runs eager: ")
+    assert "distinct states" in line and "\n" not in line
 
 
 def compiled_run(compose, folder, *extra):

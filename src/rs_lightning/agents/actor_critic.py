@@ -165,6 +165,7 @@ class ActorCritic(Agent):
     # stacked, part of its state), so stacked members draw what each seed's run alone draws.
     supports_members = True
     continuous_actions = True
+    compiled_methods = ("loss_given_noise", "return_distribution")
 
     def __init__(self, config: ActorCriticConfig, problem: Problem) -> None:
         super().__init__(config, problem)
@@ -264,12 +265,22 @@ class ActorCritic(Agent):
     def loss(self, batch: Transitions, target: Agent, choose_action: ChooseAction
              ) -> tuple[Tensor, dict[str, Tensor]]:
         assert isinstance(target, ActorCritic)
+        # The draws first (the next states' sample, then the states'), so that what is left
+        # is one graph when compiled: the members' generators do not trace.
+        next_noise, noise = self._noise(batch.next_obs), self._noise(batch.obs)
+        return self.loss_given_noise(batch, target, choose_action, next_noise, noise)
+
+    def loss_given_noise(self, batch: Transitions, target: "ActorCritic",
+                         choose_action: ChooseAction, next_noise: Tensor, noise: Tensor
+                         ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`loss` with the actor's standard normal draws at the next states and at the
+        states given (what ``hardware.compile`` compiles)."""
         # One temperature per member ([] or [K]), against the batch rows [..., B].
         temperature = self.log_temperature.exp().detach().unsqueeze(-1)
 
         # The critics: quantile regression on the target with the actor's next action.
         with torch.no_grad():
-            next_action, next_log_prob = self.policy(batch.next_obs, self._noise(batch.next_obs))
+            next_action, next_log_prob = self.policy(batch.next_obs, next_noise)
             atoms = self.target_atoms(target.critics(batch.next_obs, next_action))
             targets = critic_targets(batch.reward, batch.discount, atoms, next_log_prob,
                                      temperature)
@@ -280,7 +291,7 @@ class ActorCritic(Agent):
 
         # The actor: U of the critics' law at its own sample, less the entropy bonus; the
         # critics' parameters are constants here.
-        action, log_prob = self.policy(batch.obs, self._noise(batch.obs))
+        action, log_prob = self.policy(batch.obs, noise)
         frozen = {name: p.detach() for name, p in self.critics.named_parameters()}
         critic_quantiles = torch.func.functional_call(self.critics, frozen, (batch.obs, action))
         law = from_quantiles(self.actor_atoms(critic_quantiles))

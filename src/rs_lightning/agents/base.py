@@ -151,6 +151,11 @@ class Agent(nn.Module, ABC):
     # Whether it learns from rollouts of its own policy (rs_lightning.agents.on_policy)
     # rather than from a replay memory.
     on_policy: bool = False
+    # What hardware.compile compiles of it: what runs every step and traces as one graph
+    # (an actor-critic's loss draws its noise outside the compiled part); () keeps it eager.
+    compiled_methods: tuple[str, ...] = ("loss", "return_distribution")
+    # Why it stays eager, where compiled_methods is empty (hardware.compile says so).
+    eager_reason: str = ""
 
     def __init__(self, config: AgentConfig, problem: Problem) -> None:
         config.check()

@@ -57,7 +57,8 @@ def project_onto_atoms(values: Tensor, probs: Tensor, atoms: Tensor) -> Tensor:
     Values outside the atoms' range are clipped to the nearest end first (C51's Tz clipping).
     """
     step = atoms[1] - atoms[0]
-    clipped = values.clamp(float(atoms[0]), float(atoms[-1]))
+    # Tensor bounds: no host read of the atoms (a sync on a GPU, a graph break when compiled).
+    clipped = values.clamp(atoms[0], atoms[-1])
     # weight[..., i, j] = max(0, 1 - |Tz_i - z_j| / dz): at most two non-zero j per i.
     weight = (1.0 - (clipped.unsqueeze(-1) - atoms).abs() / step).clamp_(min=0.0)
     return torch.einsum("...i,...ij->...j", probs, weight)

@@ -64,6 +64,7 @@ from rs_lightning.agents.base import (
     rows_of,
 )
 from rs_lightning.agents.umnn import (
+    EAGER_UNDER_COMPILE,
     MonotoneNetwork,
     StateCurves,
     UMNNConfig,
@@ -133,6 +134,8 @@ class UMDQNC(Agent):
     config: UMDQNCConfig
     supports_members = True
     fixed_support = True
+    compiled_methods = ()
+    eager_reason = EAGER_UNDER_COMPILE
 
     def __init__(self, config: UMDQNCConfig, problem: Problem) -> None:
         super().__init__(config, problem)

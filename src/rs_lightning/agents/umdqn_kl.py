@@ -54,6 +54,7 @@ from rs_lightning.agents.base import (
     rows_of,
 )
 from rs_lightning.agents.umnn import (
+    EAGER_UNDER_COMPILE,
     MonotoneNetwork,
     StateCurves,
     UMNNConfig,
@@ -106,6 +107,8 @@ class UMDQNKL(Agent):
     config: UMDQNKLConfig
     supports_members = True
     fixed_support = True
+    compiled_methods = ()
+    eager_reason = EAGER_UNDER_COMPILE
 
     def __init__(self, config: UMDQNKLConfig, problem: Problem) -> None:
         super().__init__(config, problem)

@@ -84,6 +84,7 @@ from rs_lightning.agents.quantile_loss import (
     quantile_huber_loss,
 )
 from rs_lightning.agents.umnn import (
+    EAGER_UNDER_COMPILE,
     MonotoneNetwork,
     StateCurves,
     UMNNConfig,
@@ -134,6 +135,8 @@ class UMDQNW(Agent):
 
     config: UMDQNWConfig
     supports_members = True
+    compiled_methods = ()
+    eager_reason = EAGER_UNDER_COMPILE
 
     def __init__(self, config: UMDQNWConfig, problem: Problem) -> None:
         super().__init__(config, problem)

@@ -6,6 +6,7 @@ import copy
 import datetime
 import functools
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -123,13 +124,16 @@ def compile_members(members: Members, device_type: str) -> None:
     """``hardware.compile``: torch.compile what runs every step, each network's loss (its
     forward and, through AOTAutograd, its backward: the update but for the clipping and the
     optimizer step, which the fused Adam already does in one kernel) and its return
-    distribution (acting). On a GPU (``device_type`` "cuda") the compiled graphs are also
+    distribution (acting): the methods its class lists in ``compiled_methods``. On a GPU (``device_type`` "cuda") the compiled graphs are also
     captured as CUDA graphs (``mode="reduce-overhead"``: one launch replays a graph's kernels,
     its inputs copied into static buffers each call). Data-dependent steps (e.g. UMDQN-C's
     distinct states) split the graph; the parts around them are compiled."""
     captured = device_type == "cuda"
     for agent in members.networks():
-        for name in ("loss", "return_distribution"):
+        if not agent.compiled_methods:
+            print(f"[rs_lightning] hardware.compile: agent={agent.config.name} runs eager: "
+                  f"{agent.eager_reason}", file=sys.stderr)
+        for name in agent.compiled_methods:
             function = torch.compile(getattr(agent, name),
                                      mode="reduce-overhead" if captured else None)
             setattr(agent, name, _outputs_copied(function) if captured else function)

@@ -33,7 +33,8 @@ from gymnasium.envs.toy_text.cliffwalking import (
     UP,
     CliffWalkingEnv,
 )
-from gymnasium.envs.toy_text.utils import categorical_sample
+
+from rs_lightning.envs.finite_horizon import sample_outcome
 
 ROWS, COLUMNS = 4, 12
 START_STATE = 3 * COLUMNS  # (3, 0)
@@ -79,7 +80,7 @@ class SlipperyCliffWalking(CliffWalkingEnv):
         self._fell = False
 
     def _calculate_transition_prob(self, current, move: int) -> list[tuple[float, Any, float, bool]]:
-        state = int(np.ravel_multi_index(tuple(current), self.shape))
+        state = int(current[0]) * COLUMNS + int(current[1])  # np.ravel_multi_index's, cheaper
         key = (self.slip_probability, self.cliff_reward, state, int(move))
         if key not in self._outcomes:
             self._outcomes[key] = self._outcomes_of(current, move)
@@ -115,7 +116,7 @@ class SlipperyCliffWalking(CliffWalkingEnv):
     def step(self, action):
         # gymnasium's step, which also notes whether the sampled outcome is a fall.
         transitions = self.P[self.s][action]
-        i = categorical_sample([t[0] for t in transitions], self.np_random)
+        i = sample_outcome(transitions, self.np_random)
         probability, state, reward, terminated = transitions[i]
         self._fell = self._fell or self.falls[(int(self.s), int(action))][i]
         self.s = state
