@@ -368,3 +368,25 @@ def test_a_static_run_gets_the_references_that_need_no_policy(compose):
     assert out["static_optimum"] <= -15.882901 and -15.890038 <= out["static_optimum_upper"]
     assert out["static_optimum_upper"] - out["static_optimum"] < 0.01
     assert out["static_optimum_upper"] >= out["per_decision_static_utility"]
+
+
+def test_models_of_one_setting_share_their_references_and_another_setting_has_its_own():
+    """Each run builds its world's model anew: the references are cached by the model's
+    content, so a second job of the setting in the same process reads them (a benchmark
+    worker computes cliff walking's per-decision fixed point once), and a model that differs
+    in one probability or in its time limit gets its own."""
+    first, second = tr.tabular_model(cliff_env()), tr.tabular_model(cliff_env())
+    assert first is not second
+    assert tr._model_key(first) == tr._model_key(second)
+    assert tr._model_key(tr.tabular_model(cliff_env(max_episode_steps=50))) != tr._model_key(first)
+    slipperier = gym.make("rs_lightning/SlipperyCliffWalking-v0", slip_probability=0.04,
+                          cliff_reward=-5, max_episode_steps=100)
+    assert tr._model_key(tr.tabular_model(slipperier)) != tr._model_key(first)
+
+    utility = Utility(0.5, "cvar", {"rho": RHO})
+    gamma = 0.9  # a discount no other test asks of this model: computed here
+    computed = tr.policy_free_references(first, utility, gamma)
+    misses = tr._cached_fixed_point.cache_info().misses
+    read = tr.policy_free_references(second, utility, gamma)
+    assert read == computed
+    assert tr._cached_fixed_point.cache_info().misses == misses  # read, not computed again

@@ -56,7 +56,7 @@ INTEGRATION_RULES = ("simpson", "trapezoid")
 
 # Why the UMNN agents stay eager under hardware.compile: torch.compile recompiled their loss up
 # to its limit and then ran it slower than eager on a CPU (benchmarks/RESULTS.md), and with
-# torch 2.13 RS-UMDQN-C's compiled backward aborted the process on a CPU.
+# torch 2.13 RS-UMDQN-C's and UMDQN-KL's compiled backward aborted the process on a CPU.
 EAGER_UNDER_COMPILE = ("its integration lattice is sized by the distinct states of each "
                        "batch, which torch.compile recompiles for and runs slower than eager")
 

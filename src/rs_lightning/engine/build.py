@@ -124,10 +124,11 @@ def compile_members(members: Members, device_type: str) -> None:
     """``hardware.compile``: torch.compile what runs every step, each network's loss (its
     forward and, through AOTAutograd, its backward: the update but for the clipping and the
     optimizer step, which the fused Adam already does in one kernel) and its return
-    distribution (acting): the methods its class lists in ``compiled_methods``. On a GPU (``device_type`` "cuda") the compiled graphs are also
+    distribution (acting): the methods its class lists in ``compiled_methods``, each one graph
+    (tests/test_compile.py). On a GPU (``device_type`` "cuda") the compiled graphs are also
     captured as CUDA graphs (``mode="reduce-overhead"``: one launch replays a graph's kernels,
-    its inputs copied into static buffers each call). Data-dependent steps (e.g. UMDQN-C's
-    distinct states) split the graph; the parts around them are compiled."""
+    its inputs copied into static buffers each call). An agent that lists none (the UMNN
+    agents, whose shapes follow the data) runs eager, and the run says why in one line."""
     captured = device_type == "cuda"
     for agent in members.networks():
         if not agent.compiled_methods:

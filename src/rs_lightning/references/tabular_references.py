@@ -104,7 +104,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -952,7 +954,6 @@ def references(model: TabularModel, policy: np.ndarray, utility: Utility, gamma:
     an interval, ``static_optimum`` is its lower end (with VaR the best policy examined),
     so ``static_gap`` is too, and ``static_optimum_upper`` / ``static_gap_upper`` the upper
     ends."""
-    key = _model_key(model)
     policy = np.asarray(policy, dtype=np.int64)
     out: dict[str, Any] = {"greedy_actions": policy.tolist()}
     out.update(_policy_figure("exact_static_utility", model, policy, utility, gamma))
@@ -1059,13 +1060,22 @@ def _estimate_fields(key: str, model: TabularModel, utility: Utility, gamma: flo
     return out
 
 
-# Caches keyed by the model's identity: callers keep one model per environment setting.
-_MODELS: dict[int, TabularModel] = {}
+# Caches keyed by the model's content: a process that runs many jobs of one world setting
+# (a benchmark's worker) computes its references once, though each job reads its own model.
+_MODELS: dict[str, TabularModel] = {}
+_DIGESTS: "weakref.WeakKeyDictionary[TabularModel, str]" = weakref.WeakKeyDictionary()
 
 
-def _model_key(model: TabularModel) -> int:
-    _MODELS[id(model)] = model
-    return id(model)
+def _model_key(model: TabularModel) -> str:
+    digest = _DIGESTS.get(model)
+    if digest is None:
+        content = hashlib.sha256(repr((model.horizon, model.shape)).encode())
+        for array in (model.probs, model.next_states, model.rewards, model.terminal, model.start):
+            content.update(f"{array.dtype.str}{array.shape}".encode())
+            content.update(np.ascontiguousarray(array).tobytes())
+        digest = _DIGESTS[model] = content.hexdigest()
+    _MODELS.setdefault(digest, model)
+    return digest
 
 
 def _utility_key(utility: Utility) -> tuple:
@@ -1078,12 +1088,12 @@ def _utility_of(key: tuple) -> Utility:
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_grid(model_key: int, gamma: float) -> ReturnGrid:
+def _cached_grid(model_key: str, gamma: float) -> ReturnGrid:
     return model_grid(_MODELS[model_key], gamma)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_law_bounds(model_key: int, gamma: float, policy: tuple[int, ...] | None
+def _cached_law_bounds(model_key: str, gamma: float, policy: tuple[int, ...] | None
                        ) -> tabular_bounds.LawBounds:
     """:func:`tabular_bounds.episode_law_bounds` of a policy (None: the uniform-random)."""
     model = _MODELS[model_key]
@@ -1093,21 +1103,21 @@ def _cached_law_bounds(model_key: int, gamma: float, policy: tuple[int, ...] | N
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_policy_bounds(model_key: int, gamma: float, policy: tuple[int, ...] | None,
+def _cached_policy_bounds(model_key: str, gamma: float, policy: tuple[int, ...] | None,
                           utility_key: tuple) -> tuple[float, float]:
     return tabular_bounds.utility_bounds(_cached_law_bounds(model_key, gamma, policy),
                                          _utility_of(utility_key))
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_fixed_point(model_key: int, gamma: float, utility_key: tuple
+def _cached_fixed_point(model_key: str, gamma: float, utility_key: tuple
                         ) -> PerDecisionFixedPoint:
     return per_decision_fixed_point(_MODELS[model_key], _utility_of(utility_key), gamma,
                                     grid=_cached_grid(model_key, gamma))
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_optimum(model_key: int, gamma: float, utility_key: tuple
+def _cached_optimum(model_key: str, gamma: float, utility_key: tuple
                     ) -> StaticOptimum | None:
     return static_optimum(_MODELS[model_key], _utility_of(utility_key), gamma)
 
