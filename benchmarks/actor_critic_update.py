@@ -3,6 +3,7 @@ Stable-Baselines3's SAC, at the zoo's 256 x 256 networks and at 64 x 64, in one 
 
     python benchmarks/actor_critic_update.py             # 5 rounds of 20 updates a case
     python benchmarks/actor_critic_update.py --rounds 9 --clock wall
+    python benchmarks/actor_critic_update.py --compiled   # and ours at 256 x 256 compiled
 
 Ours: ``experiment=pendulum`` (``agent.hidden_sizes`` set per case; 64 x 64 is
 ``experiment=pendulum_fast``), built as a run builds it, one update being ``Members.loss``,
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH = 256
 
 
-def ours(agent: str, width: int):
+def ours(agent: str, width: int, compiled: bool = False):
     import pytorch_lightning as pl
     import torch
     from hydra import compose, initialize_config_dir
@@ -37,7 +38,7 @@ def ours(agent: str, width: int):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         config = compose(config_name="train", overrides=[
             "experiment=pendulum", f"agent={agent}", "logger=none", "alpha=1",
-            f"agent.hidden_sizes=[{width},{width}]"])
+            f"agent.hidden_sizes=[{width},{width}]", f"hardware.compile={str(compiled).lower()}"])
     pl.seed_everything(0, verbose=False)
     _, module = build(validate(config))
     optimizer = module.configure_optimizers()
@@ -76,6 +77,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block", type=int, default=20, help="updates a case runs in turn")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also ours at 256 x 256 with hardware.compile=true (its warm-up "
+                             "compiles, outside the timed rounds)")
     args = parser.parse_args()
     import torch
 
@@ -84,6 +88,9 @@ def main() -> None:
     cases = {"ours_dsac_64": ours("dsac", 64), "ours_tqc_64": ours("tqc", 64),
              "ours_dsac_256": ours("dsac", 256), "ours_tqc_256": ours("tqc", 256),
              "sb3_sac_256": sb3_sac(256), "sb3_sac_64": sb3_sac(64)}
+    if args.compiled:
+        cases.update(ours_dsac_256_compiled=ours("dsac", 256, compiled=True),
+                     ours_tqc_256_compiled=ours("tqc", 256, compiled=True))
     for run in cases.values():  # warm-up
         run(5)
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -97,7 +104,7 @@ def main() -> None:
           "ratio to sb3_sac_256 (median of the rounds' ratios)")
     for name, values in times.items():
         ratio = statistics.median(a / b for a, b in zip(values, reference))
-        print(f"  {name:15s} {statistics.median(values):8.2f} ({min(values):.2f}-"
+        print(f"  {name:22s} {statistics.median(values):8.2f} ({min(values):.2f}-"
               f"{max(values):.2f})  {ratio:5.2f}x")
 
 
