@@ -99,7 +99,7 @@ def test_each_compiled_function_traces_as_one_graph(name):
     loss_name, distribution_name = agent.compiled_methods
     arguments = (batch, agent, choose_action)
     if loss_name != "loss":  # an actor-critic's draws at the next states and the states
-        arguments += (torch.randn(batch.obs.shape[:-1] + (2,)),) * 2
+        arguments += (torch.randn(batch.obs.shape[:-1] + (agent.problem.action_dim,)),) * 2
     for function, args in ((getattr(agent, loss_name), arguments),
                            (getattr(agent, distribution_name), (batch.obs,))):
         torch._dynamo.reset()

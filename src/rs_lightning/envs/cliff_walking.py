@@ -80,7 +80,7 @@ class SlipperyCliffWalking(CliffWalkingEnv):
         self._fell = False
 
     def _calculate_transition_prob(self, current, move: int) -> list[tuple[float, Any, float, bool]]:
-        state = int(current[0]) * COLUMNS + int(current[1])  # np.ravel_multi_index's, cheaper
+        state = state_of(int(current[0]), int(current[1]))  # cheaper than np.ravel_multi_index
         key = (self.slip_probability, self.cliff_reward, state, int(move))
         if key not in self._outcomes:
             self._outcomes[key] = self._outcomes_of(current, move)

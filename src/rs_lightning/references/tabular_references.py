@@ -234,13 +234,7 @@ def tabular_model(env, horizon: int | None = None,
 def is_exact(model: TabularModel) -> bool:
     """Whether the model's laws are computed exactly (:mod:`.tabular_exact`): no state can
     follow itself in an episode, so every return law has finitely many atoms."""
-    key = id(model)
-    if key not in _ACYCLIC or _ACYCLIC[key][0] is not model:
-        _ACYCLIC[key] = (model, tabular_exact.is_acyclic(model))
-    return _ACYCLIC[key][1]
-
-
-_ACYCLIC: dict[int, tuple[TabularModel, bool]] = {}
+    return _cached_acyclic(_model_key(model))
 
 
 # --------------------------------------------------------------------------- return grid
@@ -1085,6 +1079,11 @@ def _utility_key(utility: Utility) -> tuple:
 def _utility_of(key: tuple) -> Utility:
     alpha, risk, params = key
     return Utility(alpha, risk, dict(params))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_acyclic(model_key: str) -> bool:
+    return tabular_exact.is_acyclic(_MODELS[model_key])
 
 
 @functools.lru_cache(maxsize=16)
