@@ -2,16 +2,16 @@
 Stable-Baselines3's SAC, at the zoo's 256 x 256 networks and at 64 x 64, in one process.
 
     python benchmarks/actor_critic_update.py             # 5 rounds of 20 updates a case
+    python benchmarks/actor_critic_update.py --widths 128   # 128 x 128 beside 256 x 256
     python benchmarks/actor_critic_update.py --rounds 9 --clock wall
     python benchmarks/actor_critic_update.py --compiled   # and ours at 256 x 256 compiled
 
-Ours: ``experiment=pendulum`` (``agent.hidden_sizes`` set per case; 64 x 64 is
-``experiment=pendulum_fast``), built as a run builds it, one update being ``Members.loss``,
-backward, clipping, Adam and the Polyak step of the targets, on random batches. SB3:
-``SAC.train`` with the zoo's learning rate after 300 steps of ``learn``. Every case runs a
-block of updates in turn, round after round, and the ratio to SB3 SAC at 256 x 256 is the
-median of the per-round ratios. The clock is the process's CPU time by default (a machine
-whose cores other work shares), one torch thread.
+Ours: ``experiment=pendulum`` (``agent.hidden_sizes`` set per case), built as a run builds
+it, one update being ``Members.loss``, backward, clipping, Adam and the Polyak step of the
+targets, on random batches. SB3: ``SAC.train`` with the zoo's learning rate after 300 steps
+of ``learn``. Every case runs a block of updates in turn, round after round, and the ratio
+to SB3 SAC at 256 x 256 is the median of the per-round ratios. The clock is the process's
+CPU time by default (a machine whose cores other work shares), one torch thread.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block", type=int, default=20, help="updates a case runs in turn")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--widths", type=int, nargs="+", default=[64, 256],
+                        help="hidden layer widths, each case at each (256 is always one)")
     parser.add_argument("--compiled", action="store_true",
                         help="also ours at 256 x 256 with hardware.compile=true (its warm-up "
                              "compiles, outside the timed rounds)")
@@ -85,9 +87,10 @@ def main() -> None:
 
     torch.set_num_threads(1)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    cases = {"ours_dsac_64": ours("dsac", 64), "ours_tqc_64": ours("tqc", 64),
-             "ours_dsac_256": ours("dsac", 256), "ours_tqc_256": ours("tqc", 256),
-             "sb3_sac_256": sb3_sac(256), "sb3_sac_64": sb3_sac(64)}
+    cases = {}
+    for width in sorted(set(args.widths) | {256}):
+        cases.update({f"ours_dsac_{width}": ours("dsac", width),
+                      f"ours_tqc_{width}": ours("tqc", width), f"sb3_sac_{width}": sb3_sac(width)})
     if args.compiled:
         cases.update(ours_dsac_256_compiled=ours("dsac", 256, compiled=True),
                      ours_tqc_256_compiled=ours("tqc", 256, compiled=True))

@@ -217,6 +217,24 @@ def test_preset_replaces_the_worlds_experiment_for_our_runs_only(capsys):
     assert "experiment=" not in peer and "--worker sb3_sac" in peer
 
 
+def test_peer_hidden_sizes_reach_the_actor_critic_peers_only(capsys):
+    """--peer-hidden-sizes: the SB3 actor-critics at a preset's widths (their worker gets the
+    widths); any other peer is refused in one line."""
+    assert peers.main(["--world", "pendulum", "--dry-run", "--seeds", "0", "--agents",
+                       "--peers", "sb3_sac", "--peer-hidden-sizes", "128", "128"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert "--worker sb3_sac" in line and line.endswith("--peer-hidden-sizes 128 128")
+    worker = peers.parse_args(line.split("peers.py ", 1)[1].split())
+    assert peers.actor_critic_settings("sb3_sac", worker) == {
+        "learning_rate": 1e-3, "policy_kwargs": {"net_arch": [128, 128]}}  # the zoo's kept
+    assert peers.actor_critic_settings("sb3_sac", peers.parse_args(["--world", "pendulum"])) == {
+        "learning_rate": 1e-3}
+    with pytest.raises(SystemExit) as refused:
+        peers.main(["--dry-run", "--peers", "sb3_qrdqn", "--peer-hidden-sizes", "64"])
+    assert refused.value.code == 2
+    assert "--peer-hidden-sizes: only the actor-critic peers" in capsys.readouterr().err
+
+
 def test_without_a_reference_peer_the_targets_are_against_the_fastest_peer():
     world = peers.WORLDS["pendulum"]
     runs = [{"entry": e, "seed": s, "reached": True, "train_seconds": t, "env_steps": 3000}
@@ -228,7 +246,7 @@ def test_without_a_reference_peer_the_targets_are_against_the_fastest_peer():
     assert (check["target"], check["entry"], check["peer"]) == ("best distributional",
                                                                  "ours_tqc", "sb3_sac")
     assert check["ratio"] == pytest.approx(40 / 36) and not check["met"]
-    assert "| best distributional | ours_tqc | 1.11x | 1.0x | MISSED |" in peers.markdown(runs, summary)
+    assert "| best distributional | ours_tqc | 1.11x | 0.8x | MISSED |" in peers.markdown(runs, summary)
     # A peer that never reached is no reference while another one did.
     slow = [dict(r, reached=False, train_seconds=None, seconds_trained=500.0)
             if r["entry"] == "sb3_sac" else r for r in runs]
