@@ -1,0 +1,93 @@
+"""LeanAdam: torch's fused Adam step without its per-step Python, the same numbers to the
+bit, and the full step wherever something hooks into it."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import torch
+
+from rs_lightning.engine import learner
+from rs_lightning.engine.learner import LeanAdam
+
+
+def network(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def backward(net: torch.nn.Module, x: torch.Tensor, set_to_none: bool) -> None:
+    for p in net.parameters():
+        if set_to_none or p.grad is None:
+            p.grad = None
+        else:
+            p.grad.zero_()  # the gradients stay the same tensors (as FlatGradients keeps them)
+    net(x).pow(2).mean().backward()
+
+
+def test_lean_steps_are_torchs_fused_adam_to_the_bit(monkeypatch):
+    full_steps = []
+    original = learner._ADAM_STEP_WITH_HOOKS
+    monkeypatch.setattr(learner, "_ADAM_STEP_WITH_HOOKS",
+                        lambda *args, **kwargs: full_steps.append(1) or original(*args, **kwargs))
+    for set_to_none in (False, True):
+        full_steps.clear()
+        torch_net, lean_net = network(), network()
+        options = dict(lr=1e-3, eps=1e-5, weight_decay=0.01, fused=True)
+        torch_adam = torch.optim.Adam(torch_net.parameters(), **options)
+        lean_adam = LeanAdam(lean_net.parameters(), **options)
+        x = torch.randn(32, 4, generator=torch.Generator().manual_seed(1))
+        for step in range(40):
+            for net, optimizer in ((torch_net, torch_adam), (lean_net, lean_adam)):
+                backward(net, x, set_to_none)
+                optimizer.step()
+                if step == 15:  # a learning-rate schedule writes the groups
+                    optimizer.param_groups[0]["lr"] = 3e-4
+            if step == 25:  # a resumed run loads a saved state: new moment tensors
+                lean_adam.load_state_dict(copy.deepcopy(lean_adam.state_dict()))
+        for p, q in zip(torch_net.parameters(), lean_net.parameters()):
+            assert torch.equal(p, q)
+        saved, lean_saved = torch_adam.state_dict(), lean_adam.state_dict()
+        assert saved["param_groups"] == lean_saved["param_groups"]
+        for index, state in saved["state"].items():
+            for name, value in state.items():
+                assert torch.equal(value, lean_saved["state"][index][name]), (index, name)
+        # The full step only once: the first, which makes the state (a load keeps it lean).
+        assert len(full_steps) == 1
+
+
+def test_a_closure_runs_first_and_hooks_get_the_full_step():
+    net = network()
+    adam = LeanAdam(net.parameters(), lr=1e-3, fused=True)
+    x = torch.randn(8, 4)
+    calls = []
+
+    def closure():
+        calls.append("closure")
+        backward(net, x, set_to_none=False)
+        return 7.0
+
+    assert adam.step(closure) == 7.0 and adam.step(closure) == 7.0
+    assert calls == ["closure", "closure"]
+    handle = adam.register_step_pre_hook(lambda *args: calls.append("pre-hook"))
+    adam.step(closure)
+    assert calls[2:] == ["pre-hook", "closure"]
+    handle.remove()
+    adam.step(closure)
+    assert calls[4:] == ["closure"]
+
+
+def test_make_optimizer_takes_it_for_fused_adam_only():
+    net = network()
+
+    class Members(torch.nn.Module):  # make_optimizer reads parameters() only
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+    fused = learner.make_optimizer(Members(), SimpleNamespace(lr=1e-3, adam_eps=1e-5,
+                                                              fused_adam=True))
+    plain = learner.make_optimizer(Members(), SimpleNamespace(lr=1e-3, adam_eps=1e-5,
+                                                              fused_adam=False))
+    assert type(fused) is LeanAdam and type(plain) is torch.optim.Adam
