@@ -91,3 +91,52 @@ def test_make_optimizer_takes_it_for_fused_adam_only():
     plain = learner.make_optimizer(Members(), SimpleNamespace(lr=1e-3, adam_eps=1e-5,
                                                               fused_adam=False))
     assert type(fused) is LeanAdam and type(plain) is torch.optim.Adam
+
+
+def test_what_replaces_a_parameter_state_or_setting_is_seen():
+    """A copy, a parameter swapped into a group, a state tensor written anew or a setting
+    changed on a live group: LeanAdam steps as torch's Adam then does."""
+    import pickle
+
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
+
+    def pair():
+        nets = network(), network()
+        return nets, [cls(net.parameters(), lr=1e-3, fused=True)
+                      for cls, net in zip((torch.optim.Adam, LeanAdam), nets)]
+
+    def step_both(nets, optimizers):
+        for net, optimizer in zip(nets, optimizers):
+            backward(net, x, set_to_none=False)
+            optimizer.step()
+
+    def assert_same(nets, optimizers):
+        for p, q in zip(*(net.parameters() for net in nets)):
+            assert torch.equal(p, q)
+        for (_, a), (_, b) in zip(*(sorted(o.state_dict()["state"].items()) for o in optimizers)):
+            assert all(torch.equal(a[name], b[name]) for name in a)
+
+    nets, optimizers = pair()
+    step_both(nets, optimizers)
+    step_both(nets, optimizers)
+    for copied in (copy.deepcopy(optimizers[1]), pickle.loads(pickle.dumps(optimizers[1]))):
+        copied.step()  # a copy steps its own tensors (it gathers anew)
+    for optimizer in optimizers:  # a state entry written anew
+        state = optimizer.state[optimizer.param_groups[0]["params"][0]]
+        state["step"] = torch.tensor(100.0)
+        state["exp_avg_sq"] = state["exp_avg_sq"].clone()
+    step_both(nets, optimizers)
+    assert_same(nets, optimizers)
+    for net, optimizer in zip(nets, optimizers):  # a parameter swapped into the group
+        old = optimizer.param_groups[0]["params"][0]
+        new = torch.nn.Parameter(old.detach().clone())
+        new.grad = old.grad
+        optimizer.state[new] = optimizer.state.pop(old)
+        optimizer.param_groups[0]["params"][0] = new
+        net[0].weight = new
+    step_both(nets, optimizers)
+    assert_same(nets, optimizers)
+    for optimizer in optimizers:  # AdamW's decoupled decay on a live group
+        optimizer.param_groups[0].update(weight_decay=0.1, decoupled_weight_decay=True)
+    step_both(nets, optimizers)
+    assert_same(nets, optimizers)

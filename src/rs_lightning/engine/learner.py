@@ -248,25 +248,30 @@ class LeanAdam(torch.optim.Adam):
         super().load_state_dict(state_dict)
         self._lists = None
 
+    def __setstate__(self, state) -> None:  # a copy or an unpickled one gathers anew
+        super().__setstate__(state)
+        self._lists = None
+
     def _hooked(self) -> bool:
         from torch.optim import optimizer
 
         return bool(self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
                     or optimizer._global_optimizer_pre_hooks
                     or optimizer._global_optimizer_post_hooks
-                    or torch.autograd._profiler_enabled())
+                    or torch.autograd._profiler_enabled()
+                    # torch's step checks that a CUDA graph capture may take it
+                    or (self._lists and self._lists[0][0][0].is_cuda
+                        and torch.cuda.is_current_stream_capturing()))
 
     def _gather(self) -> list[tuple[list[Tensor], ...]] | None:
         """Each group's parameters, gradients, moments and step counts, or None where the
-        lean step does not apply (a setting above, a state not made yet, a parameter
-        without a gradient, tensors of several devices or dtypes, a lr tensor)."""
+        lean step does not apply (another setting, :func:`_lean_settings`; a state not made
+        yet, a parameter without a gradient, tensors of several devices or dtypes)."""
         lists = []
         for group in self.param_groups:
-            if (not group["fused"] or group["amsgrad"] or group["capturable"]
-                    or group["differentiable"] or group["decoupled_weight_decay"]
-                    or isinstance(group["lr"], Tensor)):
+            if not _lean_settings(group):
                 return None
-            params = [p for p in group["params"]]
+            params = list(group["params"])
             states = [self.state.get(p, {}) for p in params]
             if any(p.grad is None or "exp_avg" not in state for p, state in zip(params, states)):
                 return None
@@ -280,16 +285,28 @@ class LeanAdam(torch.optim.Adam):
         return lists
 
     def _lists_current(self) -> bool:
-        """Whether the gathered lists are still the parameters' gradients and states."""
+        """Whether the gathered lists are still the groups' parameters, their gradients and
+        states, and the settings still the lean step's."""
         if self._lists is None or len(self._lists) != len(self.param_groups):
             return False
-        for group, (params, grads, exp_avgs, _, _) in zip(self.param_groups, self._lists):
-            if len(group["params"]) != len(params):
+        for group, lists in zip(self.param_groups, self._lists):
+            if not _lean_settings(group) or len(group["params"]) != len(lists[0]):
                 return False
-            for p, grad, exp_avg in zip(params, grads, exp_avgs):
-                if p.grad is not grad or self.state[p].get("exp_avg") is not exp_avg:
+            for p, param, grad, exp_avg, exp_avg_sq, step in zip(group["params"], *lists):
+                state = self.state[p]
+                if (p is not param or p.grad is not grad or state.get("exp_avg") is not exp_avg
+                        or state.get("exp_avg_sq") is not exp_avg_sq
+                        or state.get("step") is not step):
                     return False
         return True
+
+
+def _lean_settings(group: dict) -> bool:
+    """Whether LeanAdam's fused call is torch's step for a param group's settings (its
+    Adam, not AdamW's decoupled decay, nor amsgrad's extra moments; a float lr)."""
+    return (group["fused"] and not (group["amsgrad"] or group["capturable"]
+                                    or group["differentiable"] or group["decoupled_weight_decay"])
+            and not isinstance(group["lr"], Tensor))
 
 
 def learning_rate(lr: float, schedule: str, update: int, max_steps: int) -> float:
