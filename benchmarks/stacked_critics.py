@@ -7,9 +7,9 @@ Pendulum-sized batch (3 observations + 1 action, batch 256), in one process.
     python benchmarks/stacked_critics.py               # 2 and 5 critics, 128 and 256 wide
     python benchmarks/stacked_critics.py --rounds 9 --clock wall
 
-A critic pass is a third of an actor-critic update's critic work (the online critics on the
-batch, the target critics on the next states, the critics under the actor's action), so a
-saving here is about that share of an update. One torch thread; cases interleaved, round
+An update runs the critics three times (the online critics on the batch, the target critics
+on the next states, the critics under the actor's action), so the ratio here bounds what
+stacking would save on that part of an update. One torch thread; cases interleaved, round
 after round; the ratio is the median of the rounds' ratios.
 """
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
+from torch.optim import optimizer as torch_optimizer
 from torch.optim.adam import adam
 
 from rs_lightning.agents.base import Agent
@@ -253,11 +254,9 @@ class LeanAdam(torch.optim.Adam):
         self._lists = None
 
     def _hooked(self) -> bool:
-        from torch.optim import optimizer
-
         return bool(self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
-                    or optimizer._global_optimizer_pre_hooks
-                    or optimizer._global_optimizer_post_hooks
+                    or torch_optimizer._global_optimizer_pre_hooks
+                    or torch_optimizer._global_optimizer_post_hooks
                     or torch.autograd._profiler_enabled()
                     # torch's step checks that a CUDA graph capture may take it
                     or (self._lists and self._lists[0][0][0].is_cuda
