@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
+
+from rounds import clock_named, interleaved, median_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 256
@@ -86,7 +87,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cases = {}
     for width in sorted(set(args.widths) | {256}):
         cases.update({f"ours_dsac_{width}": ours("dsac", width),
@@ -94,19 +94,12 @@ def main() -> None:
     if args.compiled:
         cases.update(ours_dsac_256_compiled=ours("dsac", 256, compiled=True),
                      ours_tqc_256_compiled=ours("tqc", 256, compiled=True))
-    for run in cases.values():  # warm-up
-        run(5)
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.rounds):
-        for name, run in cases.items():
-            start = clock()
-            run(args.block)
-            times[name].append((clock() - start) / args.block * 1e3)
+    times = interleaved(cases, args.rounds, args.block, clock_named(args.clock))
     reference = times["sb3_sac_256"]
     print(f"ms per update ({args.clock} clock), median (min-max) over {args.rounds} rounds; "
           "ratio to sb3_sac_256 (median of the rounds' ratios)")
     for name, values in times.items():
-        ratio = statistics.median(a / b for a, b in zip(values, reference))
+        ratio = median_ratio(values, reference)
         print(f"  {name:22s} {statistics.median(values):8.2f} ({min(values):.2f}-"
               f"{max(values):.2f})  {ratio:5.2f}x")
 

@@ -14,6 +14,10 @@ the difference in steps, so start-up costs cancel. Cases:
   fused Adam and clipping): the floor for what the framework adds;
 - ``lean_dqn``: the same DQN as lean as it gets (the bare environment class without
   gymnasium's wrappers, a NumPy ring buffer);
+- ``paired_dqn``: ``lightning_dqn`` and ``plain_dqn`` in one process, blocks of 100 updates
+  of each in turn: their ratio is the median of the blocks' ratios, measured where both
+  meet the same state of a shared machine (the separate cases' ratio swings more between
+  rounds than most changes it would judge);
 - ``cli_dqn``: ``python train.py agent=dqn`` as a user runs it (W&B offline, checkpoints),
   the slope of its wall time between 300 and 1,500 updates; ``cli_<agent>`` the same for
   another discrete agent (``cli_rs_umdqn_c``: the paper's agent against ``cli_dqn``);
@@ -67,7 +71,8 @@ CLOCK = os.environ.get("SPEED_CLOCK", "wall")
 def now() -> float:
     return time.process_time() if CLOCK == "cpu" else time.perf_counter()
 SHORT, LONG = 300, 2300
-CLI_STEPS = (300, 1500)  # the command-line case: before the first periodic evaluation (2,500)
+CLI_STEPS = (300, 1500)
+PAIRED_BLOCK = 100  # updates of each loop in turn in paired_dqn  # the command-line case: before the first periodic evaluation (2,500)
 MEMBERS = 8  # seeds side by side in the parallel_seeds cases
 EPSILON = 0.05
 TARGETS = {
@@ -127,6 +132,50 @@ def time_lightning(agent: str, steps: int, threads: int, compiled: bool = False,
     pl.seed_everything(0, verbose=False)
     datamodule, module = build(settings)
     return _fit_seconds(module, datamodule, steps)
+
+
+def time_paired_dqn(steps: int, threads: int) -> dict:
+    """``lightning_dqn`` and ``plain_dqn`` in one process: after update ``SHORT`` of each,
+    every ``PAIRED_BLOCK`` updates of the Lightning run are followed by as many of the plain
+    loop (from a callback), so both meet the same state of the machine, block by block.
+    Returns the seconds of each block of each (``paired``)."""
+    import pytorch_lightning as pl
+    import torch
+
+    from rs_lightning.config.schema import validate
+    from rs_lightning.engine.build import build, quiet_lightning
+
+    advance = hand_written_dqn(threads, lean=False)
+    advance(SHORT)
+    quiet_lightning()
+    torch.set_num_threads(threads)
+    settings = validate(_compose("dqn", steps, threads))
+    pl.seed_everything(0, verbose=False)
+    datamodule, module = build(settings)
+    blocks: dict[str, list[float]] = {"lightning": [], "plain": []}
+
+    class Paired(pl.Callback):
+        mark = None
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            reading = now()
+            if trainer.global_step < SHORT or (trainer.global_step - SHORT) % PAIRED_BLOCK:
+                return
+            if self.mark is not None:
+                blocks["lightning"].append(reading - self.mark)
+                start = now()
+                advance(PAIRED_BLOCK)
+                blocks["plain"].append(now() - start)
+            self.mark = now()
+
+    trainer = pl.Trainer(
+        max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Paired()],
+    )
+    start = now()
+    trainer.fit(module, datamodule=datamodule)
+    return {"seconds": now() - start, "steady": None, "paired": blocks}
 
 
 def _fit_seconds(module, datamodule, steps: int) -> dict:
@@ -199,15 +248,29 @@ def _children_cpu() -> float:
 
 
 def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
+    """Seconds of ``steps`` updates of :func:`hand_written_dqn`, and of its updates after
+    update ``SHORT`` (``steady``)."""
+    advance = hand_written_dqn(threads, lean)
+    start = now()
+    advance(min(steps, SHORT))
+    at_mark = now()
+    advance(steps - min(steps, SHORT))
+    end = now()
+    return {"seconds": end - start, "steady": end - at_mark if steps > SHORT else None}
+
+
+def hand_written_dqn(threads: int, lean: bool):
     """The same DQN training without the framework (same environment, network, loss,
     clipping and fused Adam): ``lean`` as lean as it gets, the bare environment class without
-    gymnasium's wrappers and a NumPy ring buffer; else ``gym.make`` and torch buffers."""
+    gymnasium's wrappers and a NumPy ring buffer; else ``gym.make`` and torch buffers.
+    Returns ``advance(n)``, which runs n more updates (the first call also the framework's
+    warm-up of 32 environment steps)."""
     import gymnasium as gym
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    import rs_lightning.envs  # noqa: F401
+    import rs_lightning.envs  # noqa: F401  (registers the worlds with gymnasium)
     from rs_lightning.agents.base import mlp
     from rs_lightning.envs.grid_worlds import RiskyRewards
 
@@ -243,36 +306,37 @@ def time_hand_written_dqn(steps: int, threads: int, lean: bool) -> dict:
     take_row = (lambda row: row) if lean else torch.as_tensor
     obs_buf, next_buf = zeros(capacity, 2), zeros(capacity, 2)
     act_buf, rew_buf, done_buf = zeros(capacity, integer=True), zeros(capacity), zeros(capacity)
-    obs, _ = env.reset(seed=0)
-    size = 0
-    start = last = at_mark = now()
-    for step in range(1, steps + 33):
-        action = _act(q, obs, rng)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        i = size % capacity
-        obs_buf[i], next_buf[i], act_buf[i] = take_row(obs), take_row(next_obs), action
-        rew_buf[i], done_buf[i] = min(max(float(reward), -2.0), 2.0), float(terminated)
-        size += 1
-        obs = env.reset()[0] if terminated or truncated else next_obs
-        if step <= 32:  # the same warm-up as the framework
-            continue
-        index = draw(min(size, capacity))
-        s, a, r = take(obs_buf, index), take(act_buf, index), take(rew_buf, index)
-        with torch.no_grad():
-            next_q = target(take(next_buf, index)).max(1).values
-            y = r + 0.9 * (1.0 - take(done_buf, index)) * next_q
-        loss = F.mse_loss(q(s).gather(1, a.unsqueeze(1)).squeeze(1), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(q.parameters(), 1.0, foreach=True)
-        optimizer.step()
-        if (step - 32) % 1000 == 0:
-            target.load_state_dict(q.state_dict())
-        last = now()
-        if step - 32 == SHORT:
-            at_mark = last
-    return {"seconds": now() - start,
-            "steady": last - at_mark if steps > SHORT else None}
+    state = {"obs": env.reset(seed=0)[0], "size": 0, "step": 0}
+
+    def advance(updates: int) -> None:
+        obs, size, first = state["obs"], state["size"], state["step"] + 1
+        last = state["step"] + updates + (32 if first == 1 else 0)
+        for step in range(first, last + 1):
+            action = _act(q, obs, rng)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            i = size % capacity
+            obs_buf[i], next_buf[i], act_buf[i] = take_row(obs), take_row(next_obs), action
+            rew_buf[i], done_buf[i] = min(max(float(reward), -2.0), 2.0), float(terminated)
+            size += 1
+            obs = env.reset()[0] if terminated or truncated else next_obs
+            if step <= 32:  # the same warm-up as the framework
+                continue
+            index = draw(min(size, capacity))
+            s, a, r = take(obs_buf, index), take(act_buf, index), take(rew_buf, index)
+            with torch.no_grad():
+                next_q = target(take(next_buf, index)).max(1).values
+                y = r + 0.9 * (1.0 - take(done_buf, index)) * next_q
+            loss = F.mse_loss(q(s).gather(1, a.unsqueeze(1)).squeeze(1), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(q.parameters(), 1.0, foreach=True)
+            optimizer.step()
+            if (step - 32) % 1000 == 0:
+                target.load_state_dict(q.state_dict())
+            now()  # one clock reading an update, as the Lightning cases' clock callback
+        state.update(obs=obs, size=size, step=last)
+
+    return advance
 
 
 def matmul_peak(threads: int, size: int = 1024, repeats: int = 20) -> float:
@@ -342,6 +406,8 @@ def worker(case: str, steps: int, threads: int) -> None:
         return
     if case == "plain_dqn":
         result = time_hand_written_dqn(steps, threads, lean=False)
+    elif case == "paired_dqn":
+        result = time_paired_dqn(steps, threads)
     elif case == "lean_dqn":
         result = time_hand_written_dqn(steps, threads, lean=True)
     elif case.startswith("cli_"):
@@ -412,7 +478,7 @@ def available_cases() -> list[str]:
     # The discrete agents on the grid world, the actor-critics on CONTINUOUS_WORLD.
     discrete = sorted(name for name in AGENTS if not _continuous(name))
     continuous = sorted(set(AGENTS) - set(discrete))
-    return (["plain_dqn", "lean_dqn", "cli_dqn", "cli_rs_umdqn_c"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
+    return (["plain_dqn", "lean_dqn", "paired_dqn", "cli_dqn", "cli_rs_umdqn_c"] + [f"lightning_{name}" for name in ["dqn", *sorted(set(discrete) - {"dqn"})]]
             + [f"lightning_{name}" for name in continuous]
             + ["compiled_dqn"] + stacked + ["flops"])
 
@@ -448,11 +514,19 @@ def main() -> None:
     # Rounds: every case once per round, so that a slow spell of the machine (a shared VM's
     # neighbours) falls on all cases alike; a ratio is the median of its per-round ratios.
     samples: dict[str, list[float]] = {case: [] for case in cases}
+    paired: list[float] = []  # paired_dqn: each round's median of the blocks' ratios
     for round_ in range(args.repeats):
         for case in cases:
             low, high = CLI_STEPS if case.startswith("cli_") else (SHORT, LONG)
             long = measure_case(case, high, args.threads, args.baseline)
-            if long.get("steady") is not None:
+            if "paired" in long:  # its Lightning blocks' step time; the ratio aside
+                blocks = long["paired"]
+                samples[case].append(statistics.median(blocks["lightning"]) / PAIRED_BLOCK)
+                paired.append(statistics.median(
+                    a / b for a, b in zip(blocks["lightning"], blocks["plain"])))
+                print(f"  round {round_ + 1}: {case:<24} Lightning / plain {paired[-1]:.3f}x "
+                      f"(median of {len(blocks['plain'])} blocks)", file=sys.stderr)
+            elif long.get("steady") is not None:
                 samples[case].append(long["steady"] / (high - low))
             else:  # the command line, or a baseline tree that predates the in-run clock
                 short = measure_case(case, low, args.threads, args.baseline)
@@ -496,6 +570,12 @@ def main() -> None:
             values = per_round(a, b)
             verdict = "met" if statistics.median(values) <= target else "MISSED"
             lines.append(f"| {a} / {b} | {show(values)} | <= {target}x ({verdict}) |")
+    if paired:
+        target = TARGETS[("lightning_dqn", "plain_dqn")]
+        verdict = "met" if statistics.median(paired) <= target else "MISSED"
+        lines.append(f"| lightning_dqn / plain_dqn in one process, blocks of {PAIRED_BLOCK} "
+                     f"updates in turn (paired_dqn; median of the blocks' ratios) | "
+                     f"{show(paired)} | <= {target}x ({verdict}) |")
     for case in cases:
         if case.endswith(BASELINE) and case.removesuffix(BASELINE) in per_step:
             now = case.removesuffix(BASELINE)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from rounds import calls, clock_named, interleaved, median_ratio
 
 BATCH = 256
 
@@ -65,22 +66,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"ms per forward + backward of the critics ({args.clock} clock), median of "
           f"{args.rounds} rounds; stacked / looped, median of the rounds' ratios")
     for n_critics, width in ((2, 128), (2, 256), (5, 128), (5, 256)):
-        runs = dict(zip(("looped", "stacked"), cases(n_critics, width)))
-        for run in runs.values():
-            for _ in range(10):
-                run()
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                start = clock()
-                for _ in range(args.block):
-                    run()
-                times[name].append((clock() - start) / args.block * 1e3)
-        ratio = statistics.median(s / l for s, l in zip(times["stacked"], times["looped"]))
+        looped, stacked = cases(n_critics, width)
+        times = interleaved({"looped": calls(looped), "stacked": calls(stacked)}, args.rounds,
+                            args.block, clock_named(args.clock), warm_up=10)
+        ratio = median_ratio(times["stacked"], times["looped"])
         print(f"  {n_critics} critics, {width} x {width}: looped "
               f"{statistics.median(times['looped']):.3f}, stacked "
               f"{statistics.median(times['stacked']):.3f}  {ratio:.2f}x")

@@ -1,0 +1,48 @@
+"""Interleaved timing for the benchmarks that compare cases in one process: every case runs a
+block of calls in turn, round after round, so that a shared machine's drift falls on every
+case alike; a ratio is the median of the rounds' ratios.
+
+    from rounds import clock_named, interleaved, median_ratio   # a script in benchmarks/
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+
+def clock_named(name: str) -> Callable[[], float]:
+    """``cpu``: the process's CPU time (steadier where other work shares the cores);
+    ``wall``: the wall clock."""
+    return time.process_time if name == "cpu" else time.perf_counter
+
+
+def interleaved(cases: dict[str, Callable[[int], None]], rounds: int, block: int,
+                clock: Callable[[], float], warm_up: int = 5) -> dict[str, list[float]]:
+    """Milliseconds a call of each case, one value a round. ``cases[name](n)`` makes n calls;
+    each case first runs ``warm_up`` calls outside the timing."""
+    for run in cases.values():
+        run(warm_up)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, run in cases.items():
+            start = clock()
+            run(block)
+            times[name].append((clock() - start) / block * 1e3)
+    return times
+
+
+def median_ratio(times: list[float], reference: list[float]) -> float:
+    """The median over rounds of ``times / reference``."""
+    return statistics.median(a / b for a, b in zip(times, reference))
+
+
+def calls(function: Callable[[], object]) -> Callable[[int], None]:
+    """A case of ``n`` calls of ``function``."""
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            function()
+
+    return run
