@@ -2,6 +2,7 @@
 
     python benchmarks/umdqn_c_update.py                    # 1 and 2 threads, grid-world batches
     python benchmarks/umdqn_c_update.py --threads 1 --repeats 11 --authors-steps 3
+    python benchmarks/umdqn_c_update.py --threads 1 --compiled-integrand --skip-accuracy
 
 Every measurement runs in a fresh subprocess (its own thread setting and peak memory).
 Batches are replay samples of the risky-rewards grid world under a random policy (terminal
@@ -159,8 +160,10 @@ def peak_rss_mb() -> float:
 # ------------------------------------------------------------------------------ workers
 
 
-def worker_timing(threads: int, repeats: int, block: int) -> dict:
-    """DQN and the fast UMDQN-C, updates and training steps, blocks in alternation."""
+def worker_timing(threads: int, repeats: int, block: int, compiled_integrand: bool = False) -> dict:
+    """DQN and the fast UMDQN-C, updates and training steps, blocks in alternation;
+    ``compiled_integrand``: also the fast update with the integrand on its lattice compiled
+    (``torch.compile(dynamic=True)``, online and target networks; compiled in the warm-up)."""
     from rs_lightning.risk import Utility
 
     torch.set_num_threads(threads)
@@ -177,6 +180,13 @@ def worker_timing(threads: int, repeats: int, block: int) -> dict:
         if key == "fast":
             jobs["fast update (worst batch)"] = (update, worst)
         jobs[f"{key} step"] = (make_step(agent, update, replay, choose_action), None)
+        if key == "fast" and compiled_integrand:
+            agent, target, optimizer = build(name)
+            for network in (agent.network, target.network):
+                network.integrand_on_lattice = torch.compile(network.integrand_on_lattice,
+                                                             dynamic=True)
+            jobs["fast update (integrand compiled)"] = (
+                make_update(agent, target, optimizer, choose_action), batches)
 
     def run(job) -> float:
         fn, data = job
@@ -197,6 +207,9 @@ def worker_timing(threads: int, repeats: int, block: int) -> dict:
         ]
         for kind in ("update", "step")
     }
+    if compiled_integrand:
+        ratios["fast update (integrand compiled) / fast update"] = [
+            c / f for c, f in zip(times["fast update (integrand compiled)"], times["fast update"])]
     return {
         "threads": threads,
         "median_ms": {key: statistics.median(v) for key, v in times.items()},
@@ -283,13 +296,15 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=40, help="updates per timed block")
     parser.add_argument("--authors-steps", type=int, default=3)
     parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--compiled-integrand", action="store_true",
+                        help="also time the fast update with the integrand compiled")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
         kind, *rest = args.worker
         if kind == "timing":
-            result = worker_timing(int(rest[0]), int(rest[1]), int(rest[2]))
+            result = worker_timing(int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "1")
         elif kind == "single":
             result = worker_single(rest[0], int(rest[1]), int(rest[2]))
         else:
@@ -299,7 +314,8 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, batch {BATCH}, 200 returns, 4 actions; medians\n")
     for threads in args.threads:
-        timing = spawn("timing", str(threads), str(args.repeats), str(args.block))
+        timing = spawn("timing", str(threads), str(args.repeats), str(args.block),
+                       str(int(args.compiled_integrand)))
         singles = {
             method: spawn("single", method, str(threads), str(steps))
             for method, steps in (
