@@ -16,11 +16,10 @@ CPU time by default (a machine whose cores other work shares), one torch thread.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
-from rounds import clock_named, interleaved, median_ratio
+from rounds import clock_named, interleaved, median_ratio, rounds_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 256
@@ -74,10 +73,7 @@ def sb3_sac(width: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--block", type=int, default=20, help="updates a case runs in turn")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser = rounds_parser(__doc__.split("\n\n")[0], rounds=5, block=20, calls="updates")
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 256],
                         help="hidden layer widths, each case at each (256 is always one)")
     parser.add_argument("--compiled", action="store_true",

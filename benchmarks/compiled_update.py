@@ -23,11 +23,10 @@ start). One torch thread; the ratio to ``engine`` is the median of the rounds' r
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 
-from rounds import calls, clock_named, interleaved, median_ratio
+from rounds import calls, clock_named, interleaved, median_ratio, rounds_parser
 
 LR, EPS, MAX_NORM = 1e-4, 1e-5, 1.0
 
@@ -108,10 +107,7 @@ def compiled_case(network):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--block", type=int, default=200, help="steps a case runs in turn")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser = rounds_parser(__doc__.split("\n\n")[0], rounds=7, block=200, calls="steps")
     args = parser.parse_args()
     import time
 

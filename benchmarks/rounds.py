@@ -2,14 +2,26 @@
 block of calls in turn, round after round, so that a shared machine's drift falls on every
 case alike; a ratio is the median of the rounds' ratios.
 
-    from rounds import clock_named, interleaved, median_ratio   # a script in benchmarks/
+    from rounds import clock_named, interleaved, median_ratio, rounds_parser  # in benchmarks/
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from typing import Callable
+
+
+def rounds_parser(description: str, rounds: int, block: int, calls: str
+                  ) -> argparse.ArgumentParser:
+    """A script's argument parser with ``--rounds``, ``--block`` (how many ``calls`` a case
+    runs in turn) and ``--clock`` (``cpu`` by default, see :func:`clock_named`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--block", type=int, default=block, help=f"{calls} a case runs in turn")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    return parser
 
 
 def clock_named(name: str) -> Callable[[], float]:

@@ -15,10 +15,9 @@ after round; the ratio is the median of the rounds' ratios.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
-from rounds import calls, clock_named, interleaved, median_ratio
+from rounds import calls, clock_named, interleaved, median_ratio, rounds_parser
 
 BATCH = 256
 
@@ -58,10 +57,7 @@ def cases(n_critics: int, width: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--block", type=int, default=100, help="passes a case runs in turn")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser = rounds_parser(__doc__.split("\n\n")[0], rounds=7, block=100, calls="passes")
     args = parser.parse_args()
     import torch
 
