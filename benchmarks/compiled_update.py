@@ -5,7 +5,8 @@ timed against the engine's eager path on a CPU, in one process.
     python benchmarks/compiled_update.py                 # 7 rounds of 200 steps a case
     python benchmarks/compiled_update.py --rounds 9 --clock wall
 
-Cases, on the same parameters and gradients (the gradients fixed, of norm above the clip):
+Cases, on the same parameters and gradients (fixed; the first step clips them to norm 1, so
+every later one scales them by about 1):
 
 - ``engine``: what a run does after ``loss.backward()`` (``Learner._update``): the flat
   gradient buffer's clipping (``FlatGradients.clip``, norm 1) and ``LeanAdam``'s step (torch's

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -58,17 +59,21 @@ def main() -> None:
     figure, (by_time, by_steps) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for label, path, entry in args.lines:
         seconds, steps, seeds = reached(Path(path), entry)
-        median = statistics.median(seconds) if len(seconds) * 2 > seeds else float("nan")
-        drawn = by_time.plot(*share_curve(seconds, seeds), label=f"{label}: median {median:.0f} s")
+        # The median over every seed: one that never reached the threshold counts as later
+        # than all; past half of them, there is no median.
+        median = statistics.median(sorted(seconds) + [math.inf] * (seeds - len(seconds)))
+        said = f"median {median:.0f} s" if math.isfinite(median) else "median not reached"
+        drawn = by_time.plot(*share_curve(seconds, seeds), label=f"{label}: {said}")
         by_steps.plot(*share_curve(steps, seeds), color=drawn[0].get_color(), label=label)
     by_time.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
     by_steps.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
     by_time.set(xlabel="training seconds (one torch thread, 2-core CPU)",
                 ylabel="share of the seeds that reached it", ylim=(0, 1.02), xlim=(0, None))
     by_steps.set(xlabel="environment steps", xlim=(0, None))
-    by_time.legend(loc="upper left", fontsize=8)
+    figure.legend(*by_time.get_legend_handles_labels(), loc="lower center",
+                  ncol=len(args.lines), fontsize=8, frameon=False)
     figure.suptitle(args.title)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.07, 1, 1))  # the legend below the two panels
     args.out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

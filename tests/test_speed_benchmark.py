@@ -25,29 +25,46 @@ speed = _load("speed_benchmark", "speed.py")
 rounds = _load("rounds_benchmark", "rounds.py")
 
 
-def test_the_plain_loop_runs_the_updates_asked_for_after_the_same_warm_up(monkeypatch):
-    import torch
+def test_the_plain_loop_runs_the_updates_asked_for_after_the_same_warm_up():
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    advance = speed.hand_written_dqn(1, lean=False)
-    # The closure's optimizer: count its steps (one per update).
-    optimizer = next(cell.cell_contents for cell in advance.__closure__
-                     if isinstance(cell.cell_contents, torch.optim.Optimizer))
     steps = []
-    optimizer.register_step_post_hook(lambda *args: steps.append(1))
-    advance(5)
-    assert len(steps) == 5  # after 32 warm-up steps of the environment, 5 updates
-    advance(3)
-    assert len(steps) == 8  # no second warm-up
+    handle = register_optimizer_step_post_hook(lambda *args: steps.append(1))
+    try:
+        advance = speed.hand_written_dqn(1, lean=False)
+        advance(5)
+        assert len(steps) == 5  # after 32 warm-up steps of the environment, 5 updates
+        advance(3)
+        assert len(steps) == 8  # no second warm-up
+    finally:
+        handle.remove()
 
 
-def test_the_paired_case_times_equal_blocks_of_both_loops(monkeypatch):
+def test_the_paired_case_times_equal_blocks_of_both_loops_apart(monkeypatch):
+    import time
+
     monkeypatch.setattr(speed, "PAIRED_BLOCK", 20)
     monkeypatch.setattr(speed, "SHORT", 40)
-    result = speed.time_paired_dqn(40 + 3 * 20, 1)
-    blocks = result["paired"]
-    # Timed from update SHORT on: a block after each PAIRED_BLOCK Lightning updates.
+    asked = []
+
+    def plain_loop(threads, lean):
+        def advance(updates):  # a stand-in for the plain loop: 0.2 s of work a call
+            asked.append(updates)
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                pass
+
+        return advance
+
+    monkeypatch.setattr(speed, "hand_written_dqn", plain_loop)
+    blocks = speed.time_paired_dqn(40 + 3 * 20, 1)["paired"]
+    # Its warm-up to update SHORT, then a block of PAIRED_BLOCK after each as many
+    # Lightning updates from update SHORT on.
+    assert asked == [40, 20, 20, 20]
     assert len(blocks["lightning"]) == len(blocks["plain"]) == 3
-    assert all(seconds > 0 for seconds in blocks["lightning"] + blocks["plain"])
+    # The plain blocks' time is not counted in the Lightning blocks (20 updates of a small
+    # DQN take well under the stand-in's 0.2 s).
+    assert min(blocks["plain"]) >= 0.2 > max(blocks["lightning"]) > 0
 
 
 def test_rounds_run_every_case_in_turn_and_take_the_median_of_the_ratios():
