@@ -140,3 +140,58 @@ def test_what_replaces_a_parameter_state_or_setting_is_seen():
         optimizer.param_groups[0].update(weight_decay=0.1, decoupled_weight_decay=True)
     step_both(nets, optimizers)
     assert_same(nets, optimizers)
+
+
+def test_members_adam_keeps_its_views_and_steps_to_the_bit(monkeypatch):
+    """Stacked members' Adam: the kept views and counts take the same steps as viewing and
+    counting anew each step (its step before), with gradients new after every backward, a
+    learning-rate change and a loaded state."""
+    from functools import partial
+
+    from rs_lightning.agents.members import member_views
+    from rs_lightning.engine.learner import MembersAdam
+
+    def stacked(seed: int) -> list[torch.nn.Parameter]:
+        generator = torch.Generator().manual_seed(seed)
+        # [3, 16, 4]: a member's slice is 64 elements (whole); [3, 5] and [3, 3, 16]: not.
+        return [torch.nn.Parameter(torch.randn(shape, generator=generator))
+                for shape in ((3, 16, 4), (3, 5), (3, 3, 16))]
+
+    fresh_steps = []
+    original = MembersAdam._step_group
+
+    def counted(self, group):
+        fresh_steps.append(self)
+        return original(self, group)
+
+    monkeypatch.setattr(MembersAdam, "_step_group", counted)
+    runs = []
+    for kept in (False, True):
+        params = stacked(0)
+        members = SimpleNamespace(parameters=lambda params=params: iter(params),
+                                  elementwise_views=partial(member_views, members=3))
+        optimizer = MembersAdam(members, lr=1e-3, eps=1e-5, weight_decay=0.01, fused=True)
+        if not kept:  # the step before: everything viewed and counted anew each step
+            monkeypatch.setattr(optimizer, "_views_of", lambda group: None)
+        x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+        for step in range(40):
+            for p in params:
+                p.grad = None  # as stacked members clear them: new gradients each backward
+            loss = sum((p.flatten(1) * x[:, :p[0].numel()]).sin().sum() for p in params)
+            loss.backward()
+            optimizer.step()
+            if step == 15:
+                optimizer.param_groups[0]["lr"] = 3e-4
+            if step == 25:
+                optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+        runs.append((params, optimizer.state_dict()))
+    (before, saved), (after, kept_saved) = runs
+    for p, q in zip(before, after):
+        assert torch.equal(p, q)
+    for index, state in saved["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, kept_saved["state"][index][name]), (index, name)
+    assert float(kept_saved["state"][0]["step"]) == 40
+    # The kept run stepped anew only at its first step (which makes the state).
+    kept_optimizer_steps = [o for o in fresh_steps if o is not fresh_steps[0]]
+    assert len(kept_optimizer_steps) == 1
