@@ -168,29 +168,29 @@ def time_paired_dqn(steps: int, threads: int) -> dict:
                 blocks["plain"].append(now() - start)
             self.mark = now()
 
-    trainer = pl.Trainer(
-        max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Paired()],
-    )
     start = now()
-    trainer.fit(module, datamodule=datamodule)
+    _trainer(steps, Paired()).fit(module, datamodule=datamodule)
     return {"seconds": now() - start, "steady": None, "paired": blocks}
 
 
 def _fit_seconds(module, datamodule, steps: int) -> dict:
     """Seconds of ``trainer.fit``, and of its updates after update ``SHORT`` (``steady``)."""
+    clock = _update_clock(SHORT)
+    start = now()
+    _trainer(steps, clock).fit(module, datamodule=datamodule)
+    return {"seconds": now() - start, "steady": clock.steady()}
+
+
+def _trainer(steps: int, clock):
+    """A bare Trainer of ``steps`` updates on the CPU (nothing logged, shown or saved)
+    whose timing callback is ``clock``."""
     import pytorch_lightning as pl
 
-    clock = _update_clock(SHORT)
-    trainer = pl.Trainer(
+    return pl.Trainer(
         max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         num_sanity_val_steps=0, limit_val_batches=0, callbacks=[clock],
     )
-    start = now()
-    trainer.fit(module, datamodule=datamodule)
-    return {"seconds": now() - start, "steady": clock.steady()}
 
 
 def _update_clock(mark: int):

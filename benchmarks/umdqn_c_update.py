@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from rounds import interleaved, median_ratio
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 32
 RETURN_MIN, RETURN_MAX, GAMMA, REWARD_CLIP = -2.0, 2.0, 0.9, 2.0
@@ -188,33 +190,25 @@ def worker_timing(threads: int, repeats: int, block: int, compiled_integrand: bo
             jobs["fast update (integrand compiled)"] = (
                 make_update(agent, target, optimizer, choose_action), batches)
 
-    def run(job) -> float:
-        fn, data = job
-        start = time.perf_counter()
-        for i in range(block):
-            fn(data[i]) if data is not None else fn()
-        return (time.perf_counter() - start) / block * 1e3
+    def case(fn, data):
+        def run(n: int) -> None:  # the block's batches in order (or steps of the replay)
+            for i in range(n):
+                fn(data[i]) if data is not None else fn()
 
-    for job in jobs.values():  # warm-up
-        run(job)
-    times: dict[str, list[float]] = {key: [] for key in jobs}
-    for _ in range(repeats):
-        for key, job in jobs.items():
-            times[key].append(run(job))
-    ratios = {
-        f"fast {kind} / dqn {kind}": [
-            f / d for f, d in zip(times[f"fast {kind}"], times[f"dqn {kind}"])
-        ]
-        for kind in ("update", "step")
-    }
+        return run
+
+    times = interleaved({key: case(*job) for key, job in jobs.items()}, repeats, block,
+                        time.perf_counter, warm_up=block)
+    pairs = {f"fast {kind} / dqn {kind}": (f"fast {kind}", f"dqn {kind}")
+             for kind in ("update", "step")}
     if compiled_integrand:
-        ratios["fast update (integrand compiled) / fast update"] = [
-            c / f for c, f in zip(times["fast update (integrand compiled)"], times["fast update"])]
+        pairs["fast update (integrand compiled) / fast update"] = (
+            "fast update (integrand compiled)", "fast update")
     return {
         "threads": threads,
         "median_ms": {key: statistics.median(v) for key, v in times.items()},
         "all_ms": times,
-        "median_ratio": {key: statistics.median(v) for key, v in ratios.items()},
+        "median_ratio": {name: median_ratio(times[a], times[b]) for name, (a, b) in pairs.items()},
     }
 
 

@@ -183,15 +183,8 @@ class MembersAdam(torch.optim.Adam):
             if kept is None:
                 self._step_group(group)
                 continue
-            grads = self.views([p.grad for p in kept.params])
-            # What Adam's fused step does with these lists (torch.optim.adam._fused_adam).
-            torch._foreach_add_(kept.counts, 1)
-            beta1, beta2 = group["betas"]
-            torch._fused_adam_(kept.param_views, grads, kept.exp_avg_views,
-                               kept.exp_avg_sq_views, [], kept.counts, amsgrad=False,
-                               lr=group["lr"], beta1=beta1, beta2=beta2,
-                               weight_decay=group["weight_decay"], eps=group["eps"],
-                               maximize=group["maximize"], grad_scale=None, found_inf=None)
+            _fused_step(group, kept.param_views, self.views([p.grad for p in kept.params]),
+                        kept.exp_avg_views, kept.exp_avg_sq_views, kept.counts)
             torch._foreach_copy_(kept.steps, kept.first_counts)
         return loss
 
@@ -206,34 +199,33 @@ class MembersAdam(torch.optim.Adam):
     def _views_of(self, group: dict) -> _MemberViews | None:
         """The kept views of a group whose step the fused kernel takes as Adam would, or None
         (another setting, a state not made yet, a parameter without a gradient)."""
-        params = list(group["params"])
-        states = [self.state.get(p, {}) for p in params]
-        if not _lean_settings(group) or any(
-                p.grad is None or "exp_avg" not in state for p, state in zip(params, states)):
+        lists = _fused_lists(self, group)
+        if lists is None:
             return None
-        steps = [state["step"] for state in states]
-        tensors = [*params, *(state[key] for state in states for key in ("exp_avg", "exp_avg_sq"))]
-        if (len({(t.device, t.dtype) for t in tensors}) != 1
-                or any(step.device != params[0].device for step in steps)):
-            return None  # the fused kernel takes one device and dtype
-        spans = [len(self.views([p])) for p in params]
-        counts = [step.clone() for step, span in zip(steps, spans) for _ in range(span)]
-        firsts = [sum(spans[:i]) for i in range(len(spans))]
-        exp_avgs = [state["exp_avg"] for state in states]
-        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        params, _, exp_avgs, exp_avg_sqs, steps = lists
+        counts, first_counts = self._counts_per_view(params, steps)
         return _MemberViews(
             params, [p.data_ptr() for p in params], exp_avgs, exp_avg_sqs, steps,
             self.views(params), self.views(exp_avgs), self.views(exp_avg_sqs), counts,
-            [counts[first] for first in firsts])
+            first_counts)
+
+    def _counts_per_view(self, params: list[Tensor], steps: list[Tensor]
+                         ) -> tuple[list[Tensor], list[Tensor]]:
+        """A copy of each parameter's step count for every view of it (Adam counts each
+        tensor's steps; the views of a parameter share its count), and each parameter's
+        first view's copy (written back to its count after a step)."""
+        counts: list[Tensor] = []
+        firsts = []
+        for p, step in zip(params, steps):
+            firsts.append(len(counts))
+            counts.extend(step.clone() for _ in self.views([p]))
+        return counts, [counts[first] for first in firsts]
 
     def _step_group(self, group: dict) -> None:
         lists: tuple[list[Tensor], ...] = ([], [], [], [], [], [])
         has_complex = self._init_group(group, *lists)
         params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = lists
-        # A step count per view (Adam counts each tensor's steps), written back after
-        # the step: the views of a parameter share its count.
-        spans = [len(self.views([p])) for p in params]
-        counts = [step.clone() for step, span in zip(steps, spans) for _ in range(span)]
+        counts, first_counts = self._counts_per_view(params, steps)
         beta1, beta2 = group["betas"]
         adam(
             self.views(params), self.views(grads), self.views(exp_avgs), self.views(exp_avg_sqs),
@@ -243,10 +235,8 @@ class MembersAdam(torch.optim.Adam):
             maximize=group["maximize"], foreach=group["foreach"],
             capturable=group["capturable"], differentiable=group["differentiable"],
             fused=group["fused"], decoupled_weight_decay=group["decoupled_weight_decay"])
-        first = 0
-        for step, span in zip(steps, spans):
-            step.copy_(counts[first])
-            first += span
+        for step, count in zip(steps, first_counts):
+            step.copy_(count)
 
 
 class _MemberViews(NamedTuple):
@@ -322,15 +312,8 @@ class LeanAdam(torch.optim.Adam):
                 self._lists = self._gather()
                 return loss
         with torch.no_grad():
-            for group, (params, grads, exp_avgs, exp_avg_sqs, steps) in zip(self.param_groups,
-                                                                            self._lists):
-                # What Adam's fused step does with these lists (torch.optim.adam._fused_adam).
-                torch._foreach_add_(steps, 1)
-                beta1, beta2 = group["betas"]
-                torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps,
-                                   amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-                                   weight_decay=group["weight_decay"], eps=group["eps"],
-                                   maximize=group["maximize"], grad_scale=None, found_inf=None)
+            for group, lists in zip(self.param_groups, self._lists):
+                _fused_step(group, *lists)
         return loss
 
     step.hooked = True  # type: ignore[attr-defined]  # not wrapped again by torch (see above)
@@ -356,22 +339,8 @@ class LeanAdam(torch.optim.Adam):
         """Each group's parameters, gradients, moments and step counts, or None where the
         lean step does not apply (another setting, :func:`_lean_settings`; a state not made
         yet, a parameter without a gradient, tensors of several devices or dtypes)."""
-        lists = []
-        for group in self.param_groups:
-            if not _lean_settings(group):
-                return None
-            params = list(group["params"])
-            states = [self.state.get(p, {}) for p in params]
-            if any(p.grad is None or "exp_avg" not in state for p, state in zip(params, states)):
-                return None
-            fields = ([p.grad for p in params], [s["exp_avg"] for s in states],
-                      [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
-            tensors = [*params, *(t for field in fields for t in field)]
-            if len({(t.device, t.dtype) for t in tensors[:2 * len(params)]}) != 1 or any(
-                    t.device != params[0].device for t in tensors):
-                return None
-            lists.append((params, *fields))
-        return lists
+        lists = [_fused_lists(self, group) for group in self.param_groups]
+        return None if any(group is None for group in lists) else lists
 
     def _lists_current(self) -> bool:
         """Whether the gathered lists are still the groups' parameters, their gradients and
@@ -388,6 +357,36 @@ class LeanAdam(torch.optim.Adam):
                         or state.get("step") is not step):
                     return False
         return True
+
+
+def _fused_lists(optimizer: torch.optim.Adam, group: dict) -> tuple[list[Tensor], ...] | None:
+    """A param group's parameters, gradients, moments and step counts as Adam's fused step
+    takes them, or None where :func:`_fused_step` would not be that step: another setting
+    (:func:`_lean_settings`), a state not made yet, a parameter without a gradient, or
+    parameters, gradients and moments of several devices or dtypes."""
+    if not _lean_settings(group):
+        return None
+    params = list(group["params"])
+    states = [optimizer.state.get(p, {}) for p in params]
+    if any(p.grad is None or "exp_avg" not in state for p, state in zip(params, states)):
+        return None
+    fields = ([p.grad for p in params], [s["exp_avg"] for s in states],
+              [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
+    same_kind = [*params, *(t for field in fields[:3] for t in field)]
+    if len({(t.device, t.dtype) for t in same_kind}) != 1 or any(
+            step.device != params[0].device for step in fields[3]):
+        return None
+    return (params, *fields)
+
+
+def _fused_step(group: dict, params, grads, exp_avgs, exp_avg_sqs, steps) -> None:
+    """What Adam's fused step does with these lists (``torch.optim.adam._fused_adam``)."""
+    torch._foreach_add_(steps, 1)
+    beta1, beta2 = group["betas"]
+    torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
+                       lr=group["lr"], beta1=beta1, beta2=beta2,
+                       weight_decay=group["weight_decay"], eps=group["eps"],
+                       maximize=group["maximize"], grad_scale=None, found_inf=None)
 
 
 def _lean_settings(group: dict) -> bool:
